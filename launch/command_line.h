@@ -1,0 +1,27 @@
+// Command-line pieces every subcommand shares: config file, --set overrides, --dry-run.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "launch/config.h"
+
+namespace deepen {
+
+struct ConfigOptions {
+  std::string path;                  // TOML file (positional)
+  std::vector<std::string> sets;     // --set section.key=value, applied in order after the file
+  bool dry_run = false;              // print the resolved config (and layout) and stop
+};
+
+// Adds `CONFIG`, `--set` and `--dry-run` to a subcommand.
+void add_config_options(CLI::App& cmd, ConfigOptions& opts);
+
+// Loads and validates; on --dry-run prints the resolved config to stdout.
+Config load_config(const ConfigOptions& opts);
+
+// Each subcommand lives in its own launch/cmd_*.cpp and registers itself on the app.
+
+}  // namespace deepen

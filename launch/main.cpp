@@ -1,0 +1,27 @@
+// deepen: one binary, one subcommand per job; maps errors to exit codes (InputError -> 2).
+#include <exception>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "launch/command_line.h"
+#include "launch/input_error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"deepen: distil a Qwen3 teacher into a student that grows in depth"};
+  app.require_subcommand(1);
+  // One line per subcommand; each is defined in launch/cmd_<name>.cpp.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? deepen::kExitOk : deepen::kExitBadInput;
+  } catch (const deepen::InputError& e) {
+    std::cerr << "deepen: error: " << e.what() << "\n";
+    return deepen::kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << "deepen: fatal: " << e.what() << "\n";
+    return deepen::kExitFailure;
+  }
+  return deepen::kExitOk;
+}

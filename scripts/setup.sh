@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what deepen needs on a fresh Debian 12 machine (apt + pip) and builds build/deepen.
+# Idempotent: a second run installs nothing and rebuilds only what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libopenmpi-dev openmpi-bin            # MPI backend and mpirun
+  libboost-dev libboost-system-dev      # Boost.Asio control plane
+  libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libutf8proc-dev libgtest-dev
+  libopenblas0-openmp                   # fast fp32 BLAS on CPU
+  gnuplot-nox                           # report plots (PNG, SVG)
+  fortunes python3.11-doc               # text the demo and the tokenizer tests read
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: apt-get install ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if ! "$PY" - <<'PYEOF' 2>/dev/null
+import importlib.metadata as m, sys
+want = [l.split("#")[0].strip() for l in open("requirements.txt")]
+want = [w for w in want if w]
+ok = all(m.version(w.split("==")[0]) == w.split("==")[1] for w in want)
+sys.exit(0 if ok else 1)
+PYEOF
+then
+  echo "setup: pip install -r requirements.txt"
+  "$PY" -m pip install -q -r requirements.txt
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$(nproc)"
+echo "setup: built $(pwd)/build/deepen"
