@@ -181,7 +181,7 @@ void parse_header(const std::string& path, std::string_view header, uint64_t dat
     if (end < begin) throw InputError(where + ": data_offsets " + offsets_string(begin, end) + ": end before begin");
     if (end > data_size)
       throw InputError(where + ": data_offsets " + offsets_string(begin, end) + " out of range: the data section is " +
-                       std::to_string(data_size) + " bytes");
+                       std::to_string(data_size) + " bytes (truncated file or corrupt header)");
     const auto need = byte_count(info.shape, info.dtype);
     if (!need || *need != end - begin)
       throw InputError(where + ": data_offsets " + offsets_string(begin, end) + " hold " + std::to_string(end - begin) +
