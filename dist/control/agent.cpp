@@ -1,0 +1,540 @@
+// Agent: connects to the coordinator, heartbeats, answers the stop protocol, aborts on failure.
+#include "dist/control/agent.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <deque>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio.hpp>
+
+#include "dist/control/sha256.h"
+
+namespace deepen::control {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using boost::system::error_code;
+
+namespace {
+
+Clock::duration from_seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::max(s, 0.0)));
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace
+
+// Handlers capture `this`: the io thread is joined before Impl is destroyed, and a shared_ptr in a
+// pending handler would keep Impl (which owns the io_context) alive forever.
+struct Agent::Impl {
+  enum class Link { kIdle, kConnecting, kHandshake, kReady, kClosed };
+
+  AgentOptions opt;
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
+  tcp::socket socket{io};
+  asio::steady_timer heartbeat_timer{io};
+  asio::steady_timer silence_timer{io};
+  asio::steady_timer retry_timer{io};
+  asio::steady_timer handshake_timer{io};
+  std::optional<asio::signal_set> signals;
+  std::thread thread;
+
+  // io thread only
+  Endpoint endpoint;
+  Link link = Link::kIdle;
+  Clock::time_point connect_deadline;
+  Clock::time_point last_heard;
+  double retry_s = 0.05;
+  std::string last_connect_error;
+  std::array<uint8_t, 4> prefix{};
+  std::vector<uint8_t> body;
+  std::deque<std::vector<uint8_t>> queue;
+  bool writing = false;
+  bool leaving = false;               // our own shutdown(): closing is no failure
+  bool coordinator_said_shutdown = false;
+  Nonce nonce{};
+  Nonce server_nonce{};
+  bool auth_sent = false;
+  Ping last_ping;
+  std::vector<std::string> early_stop_requests;  // asked before the link was up
+
+  // shared with callers
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  int64_t step = -1, stage = 0, depth = 0;
+  std::string phase = "start";
+  Metrics metrics;
+  int64_t claimed = -1;          // the last step stop_step() let begin
+  bool stop_pending = false;     // StopQuery answered, decision not yet here
+  std::optional<int64_t> stop;   // decided stop step (kStopAtFirstStep resolved on first use)
+  bool coordinator_gone = false;
+  std::optional<AbortInfo> abort_info;
+  enum class Connect { kWaiting, kReady, kFailed } connect_state = Connect::kWaiting;
+  std::string connect_error;
+  bool flushed = false;
+
+  explicit Impl(AgentOptions o) : opt(std::move(o)) {
+    if (opt.host.empty()) opt.host = host_name();
+    if (!opt.log) {
+      const std::string prefix = "deepen control[rank " + std::to_string(opt.rank) + "]: ";
+      opt.log = [prefix](const std::string& line) { std::cerr << prefix + line << std::endl; };
+    }
+    thread = std::thread([this] { io.run(); });
+  }
+
+  void log(const std::string& line) { opt.log(line); }
+
+  // ---- connection ---------------------------------------------------------------------------
+  void start_connect() {
+    link = Link::kConnecting;
+    tcp::resolver resolver(io);
+    error_code ec;
+    const auto results = resolver.resolve(endpoint.host, std::to_string(endpoint.port), ec);
+    if (ec) {
+      retry_or_fail("cannot resolve " + endpoint.host + ": " + ec.message());
+      return;
+    }
+    Impl* self = this;
+    asio::async_connect(socket, results, [self](const error_code& ec, const tcp::endpoint&) {
+      if (self->link != Link::kConnecting) return;
+      if (ec) {
+        self->retry_or_fail(ec.message());
+        return;
+      }
+      error_code ignore;
+      self->socket.set_option(tcp::no_delay(true), ignore);
+      self->link = Link::kHandshake;
+      self->handshake_timer.expires_after(from_seconds(std::min(10.0, self->opt.watchdog_s)));
+      self->handshake_timer.async_wait([self](const error_code& ec) {
+        if (!ec && self->link == Link::kHandshake) self->fail_connect("no handshake from the coordinator in time");
+      });
+      self->read_prefix();
+    });
+  }
+
+  void retry_or_fail(const std::string& error) {
+    last_connect_error = error;
+    error_code ignore;
+    socket.close(ignore);
+    if (Clock::now() + from_seconds(retry_s) > connect_deadline) {
+      fail_connect("cannot connect within " + std::to_string(opt.connect_timeout_s) + " s: " + error +
+                   " (is DEEPEN_COORDINATOR right, and the coordinator's rank alive?)");
+      return;
+    }
+    retry_timer.expires_after(from_seconds(retry_s));
+    retry_s = std::min(retry_s * 2, 1.0);
+    Impl* self = this;
+    retry_timer.async_wait([self](const error_code& ec) {
+      if (!ec && self->link == Link::kConnecting) self->start_connect();
+    });
+  }
+
+  void fail_connect(const std::string& why) {
+    link = Link::kClosed;
+    error_code ignore;
+    socket.close(ignore);
+    handshake_timer.cancel();
+    {
+      std::lock_guard lock(mu);
+      connect_state = Connect::kFailed;
+      connect_error = "rank " + std::to_string(opt.rank) + ": coordinator at " + endpoint.str() + ": " + why;
+    }
+    cv.notify_all();
+  }
+
+  void became_ready() {
+    link = Link::kReady;
+    handshake_timer.cancel();
+    last_heard = Clock::now();
+    {
+      std::lock_guard lock(mu);
+      connect_state = Connect::kReady;
+    }
+    cv.notify_all();
+    send_heartbeat();
+    arm_heartbeat();
+    arm_silence();
+    for (const auto& reason : early_stop_requests) send(StopRequest{reason});
+    early_stop_requests.clear();
+  }
+
+  // ---- frames -------------------------------------------------------------------------------
+  void send(const Message& m) {
+    if (link == Link::kClosed) return;
+    queue.push_back(encode_frame(m));
+    if (!writing) write_next();
+  }
+
+  void write_next() {
+    if (queue.empty()) {
+      writing = false;
+      if (leaving) finish_leaving();
+      return;
+    }
+    writing = true;
+    Impl* self = this;
+    asio::async_write(socket, asio::buffer(queue.front()), [self](const error_code& ec, size_t) {
+      self->queue.pop_front();
+      if (ec) {
+        self->writing = false;
+        self->queue.clear();
+        if (self->leaving) self->finish_leaving();
+        else self->link_lost(ec.message());
+        return;
+      }
+      self->write_next();
+    });
+  }
+
+  void finish_leaving() {
+    error_code ignore;
+    socket.shutdown(tcp::socket::shutdown_both, ignore);
+    socket.close(ignore);
+    link = Link::kClosed;
+    {
+      std::lock_guard lock(mu);
+      flushed = true;
+    }
+    cv.notify_all();
+  }
+
+  void read_prefix() {
+    Impl* self = this;
+    asio::async_read(socket, asio::buffer(prefix), [self](const error_code& ec, size_t) {
+      if (ec) {
+        self->read_failed(ec);
+        return;
+      }
+      uint32_t n = 0;
+      try {
+        n = read_frame_length(self->prefix, self->link == Link::kReady ? kMaxFrameBytes : kMaxHandshakeBytes);
+      } catch (const ProtocolError& e) {
+        self->bad_frame(e.what());
+        return;
+      }
+      self->body.resize(n);
+      asio::async_read(self->socket, asio::buffer(self->body), [self](const error_code& ec, size_t) {
+        if (ec) {
+          self->read_failed(ec);
+          return;
+        }
+        Message m;
+        try {
+          m = decode(self->body);
+        } catch (const ProtocolError& e) {
+          self->bad_frame(e.what());
+          return;
+        }
+        if (self->handle(std::move(m))) self->read_prefix();
+      });
+    });
+  }
+
+  void read_failed(const error_code& ec) {
+    if (link == Link::kHandshake) {
+      fail_connect(auth_sent ? "closed the connection during the handshake: wrong job secret, rank "
+                               "already connected, or world size mismatch (the coordinator's log "
+                               "says which)"
+                             : "closed the connection before the handshake: " + ec.message());
+    } else if (link == Link::kReady) {
+      link_lost(ec == asio::error::eof ? "connection closed" : ec.message());
+    }
+  }
+
+  void bad_frame(const std::string& what) {
+    if (link == Link::kHandshake) fail_connect("protocol error during the handshake: " + what);
+    else link_lost("protocol error: " + what);
+  }
+
+  // Returns true to keep reading.
+  bool handle(Message m) {
+    if (link == Link::kHandshake) {
+      if (!auth_sent) {
+        auto* challenge = std::get_if<Challenge>(&m);
+        if (!challenge || challenge->version != kProtocolVersion) {
+          fail_connect(challenge ? "protocol version " + std::to_string(challenge->version) +
+                                       " differs from ours (" + std::to_string(kProtocolVersion) + ")"
+                                 : std::string("expected Challenge, got ") + message_name(m));
+          return false;
+        }
+        server_nonce = challenge->nonce;
+        nonce = random_nonce();
+        Auth auth{opt.rank, opt.world, int64_t(::getpid()), opt.host, opt.role, nonce, {}};
+        auth.mac = agent_mac(opt.secret, server_nonce, auth);
+        auth_sent = true;
+        send(auth);
+        return true;
+      }
+      auto* ok = std::get_if<AuthOk>(&m);
+      if (!ok || !digest_equal(ok->mac, coordinator_mac(opt.secret, server_nonce, nonce, opt.rank))) {
+        fail_connect(ok ? "the coordinator failed to prove it knows the job secret (another job's?)"
+                        : std::string("expected AuthOk, got ") + message_name(m));
+        return false;
+      }
+      became_ready();
+      return true;
+    }
+    last_heard = Clock::now();
+    if (auto* ping = std::get_if<Ping>(&m)) {
+      last_ping = *ping;
+    } else if (std::holds_alternative<StopQuery>(m)) {
+      int64_t reach;
+      {
+        std::lock_guard lock(mu);
+        stop_pending = !stop.has_value();
+        reach = claimed >= 0 ? claimed + 1 : -1;
+      }
+      send(StopAck{reach});
+    } else if (auto* s = std::get_if<Stop>(&m)) {
+      {
+        std::lock_guard lock(mu);
+        if (!stop) stop = s->step;
+        stop_pending = false;
+      }
+      cv.notify_all();
+      log("coordinated stop: " + (s->step == kStopAtFirstStep ? std::string("at the first step")
+                                                              : "at step " + std::to_string(s->step)) +
+          " (" + s->reason + ")");
+    } else if (auto* a = std::get_if<Abort>(&m)) {
+      do_abort(AbortInfo{a->rank, a->host, a->step, a->message});
+    } else if (std::holds_alternative<Shutdown>(m)) {
+      coordinator_said_shutdown = true;
+    } else {
+      link_lost(std::string("unexpected ") + message_name(m) + " from the coordinator");
+      return false;
+    }
+    return true;
+  }
+
+  void link_lost(const std::string& why) {
+    if (link == Link::kClosed) return;
+    link = Link::kClosed;
+    error_code ignore;
+    socket.close(ignore);
+    heartbeat_timer.cancel();
+    silence_timer.cancel();
+    {
+      std::lock_guard lock(mu);
+      coordinator_gone = true;
+    }
+    cv.notify_all();
+    if (leaving) return;
+    if (coordinator_said_shutdown) {
+      log("the coordinator closed the job's control plane");
+      return;
+    }
+    do_abort(lost_coordinator("lost the control connection to the coordinator at " + endpoint.str() +
+                              " (" + why + "); its process died or its node failed"));
+  }
+
+  AbortInfo lost_coordinator(const std::string& what) const {
+    AbortInfo info{last_ping.host_rank, last_ping.host, last_ping.host_step, ""};
+    if (last_ping.host_rank >= 0) {
+      RankView host;
+      host.rank = last_ping.host_rank;
+      host.host = last_ping.host;
+      host.step = last_ping.host_step;
+      info.message = describe_rank(host) + " (hosting the coordinator): " + what;
+    } else {
+      info.message = what;
+    }
+    return info;
+  }
+
+  // ---- timers -------------------------------------------------------------------------------
+  void send_heartbeat() {
+    Heartbeat hb;
+    {
+      std::lock_guard lock(mu);
+      hb.step = step;
+      hb.stage = stage;
+      hb.depth = depth;
+      hb.phase = phase;
+      for (const auto& [k, v] : metrics) {
+        if (hb.metrics.size() == kMaxMetrics) break;
+        hb.metrics.emplace_back(k.substr(0, kMaxMetricName), v);
+      }
+    }
+    if (hb.phase.size() > kMaxStringBytes) hb.phase.resize(kMaxStringBytes);
+    send(hb);
+  }
+
+  void arm_heartbeat() {
+    heartbeat_timer.expires_after(from_seconds(opt.heartbeat_s));
+    Impl* self = this;
+    heartbeat_timer.async_wait([self](const error_code& ec) {
+      if (ec || self->link != Link::kReady || self->leaving) return;
+      self->send_heartbeat();
+      self->arm_heartbeat();
+    });
+  }
+
+  void arm_silence() {
+    silence_timer.expires_after(from_seconds(std::min(opt.heartbeat_s, opt.watchdog_s / 4)));
+    Impl* self = this;
+    silence_timer.async_wait([self](const error_code& ec) {
+      if (ec || self->link != Link::kReady) return;
+      const double quiet = std::chrono::duration<double>(Clock::now() - self->last_heard).count();
+      if (quiet > self->opt.watchdog_s) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.1f s", quiet);
+        self->link_lost(std::string("silent for ") + buf + ", over control.watchdog_s");
+        return;
+      }
+      self->arm_silence();
+    });
+  }
+
+  void arm_signals() {
+    signals->async_wait([self = this](const error_code& ec, int signo) {
+      if (ec) return;
+      self->request_stop_io(std::string(signo == SIGTERM ? "SIGTERM" : "SIGUSR1") + " on rank " +
+                            std::to_string(self->opt.rank) + " (" + self->opt.host + ")");
+      self->arm_signals();
+    });
+  }
+
+  void request_stop_io(const std::string& reason) {
+    log("stop requested: " + reason);
+    if (link == Link::kReady) send(StopRequest{reason});
+    else early_stop_requests.push_back(reason);
+  }
+
+  // ---- abort --------------------------------------------------------------------------------
+  void do_abort(const AbortInfo& info) {
+    {
+      std::lock_guard lock(mu);
+      if (abort_info) return;
+      abort_info = info;
+    }
+    cv.notify_all();
+    log("ABORT: " + info.message);
+    if (opt.hard_exit_after_s >= 0) {
+      std::thread([grace = opt.hard_exit_after_s, message = info.message] {
+        std::this_thread::sleep_for(from_seconds(grace));
+        std::fprintf(stderr, "deepen control: still alive %.1f s after the abort, exiting with code 1: %s\n",
+                     grace, message.c_str());
+        std::fflush(stderr);
+        std::_Exit(1);
+      }).detach();
+    }
+    if (opt.on_abort) {
+      try {
+        opt.on_abort(info);
+      } catch (const std::exception& e) {
+        log(std::string("abort handler threw: ") + e.what());
+      }
+    }
+  }
+};
+
+Agent::Agent(AgentOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {}
+
+Agent::~Agent() {
+  Impl& im = *impl_;
+  if (!im.thread.joinable()) return;
+  im.io.stop();
+  im.thread.join();
+  error_code ignore;
+  im.socket.close(ignore);
+}
+
+void Agent::connect(const Endpoint& coordinator) {
+  Impl& im = *impl_;
+  asio::post(im.io, [&im, coordinator] {
+    im.endpoint = coordinator;
+    im.connect_deadline = Clock::now() + from_seconds(im.opt.connect_timeout_s);
+    if (im.opt.handle_signals && !im.signals) {
+      im.signals.emplace(im.io, SIGTERM, SIGUSR1);
+      im.arm_signals();
+    }
+    im.start_connect();
+  });
+  std::unique_lock lock(im.mu);
+  im.cv.wait(lock, [&] { return im.connect_state != Impl::Connect::kWaiting; });
+  if (im.connect_state == Impl::Connect::kFailed) throw ControlError(im.connect_error);
+}
+
+void Agent::report(int64_t step, int64_t stage, int64_t depth, const Metrics& metrics,
+                   const std::string& phase) {
+  std::lock_guard lock(impl_->mu);
+  impl_->step = step;
+  impl_->stage = stage;
+  impl_->depth = depth;
+  impl_->metrics = metrics;
+  impl_->phase = phase;
+}
+
+std::optional<int64_t> Agent::stop_step(int64_t step) {
+  Impl& im = *impl_;
+  std::unique_lock lock(im.mu);
+  while (true) {
+    if (im.abort_info) throw ControlError(im.abort_info->message);
+    if (im.stop) {
+      if (*im.stop == kStopAtFirstStep) im.stop = step;  // no rank had begun: all start here
+      if (step > *im.stop) {
+        throw std::logic_error("control: stop_step(" + std::to_string(step) + ") after the agreed stop step " +
+                               std::to_string(*im.stop) + ": stop_step() must be called at every step");
+      }
+      return im.stop;
+    }
+    if (!im.stop_pending) {
+      im.claimed = std::max(im.claimed, step);
+      return std::nullopt;
+    }
+    if (im.coordinator_gone) throw ControlError("control: the coordinator went away during a coordinated stop");
+    im.cv.wait(lock);
+  }
+}
+
+void Agent::request_stop(const std::string& reason) {
+  asio::post(impl_->io, [im = impl_.get(), reason] { im->request_stop_io(reason); });
+}
+
+std::optional<int64_t> Agent::decided_stop_step() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->stop;
+}
+
+std::optional<AbortInfo> Agent::aborted() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->abort_info;
+}
+
+void Agent::shutdown(int exit_code, const std::string& message) {
+  Impl& im = *impl_;
+  if (!im.thread.joinable()) return;
+  asio::post(im.io, [&im, exit_code, message] {
+    im.leaving = true;
+    im.heartbeat_timer.cancel();
+    im.silence_timer.cancel();
+    im.retry_timer.cancel();
+    if (im.link == Impl::Link::kReady) {
+      im.send(Bye{exit_code, message.substr(0, kMaxStringBytes)});
+    } else {
+      im.finish_leaving();
+    }
+  });
+  {
+    std::unique_lock lock(im.mu);
+    im.cv.wait_for(lock, std::chrono::seconds(2), [&] { return im.flushed; });
+  }
+  im.io.stop();
+  im.thread.join();
+}
+
+}  // namespace deepen::control

@@ -1,0 +1,105 @@
+// Agent: every rank's link to the coordinator: heartbeats, the coordinated stop, abort on failure.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "dist/control/endpoint.h"
+#include "dist/control/policy.h"
+#include "dist/control/secret.h"
+
+namespace deepen::control {
+
+// Connecting failed, or the job aborted while the caller waited (message says which and why).
+class ControlError : public std::runtime_error {
+ public:
+  explicit ControlError(const std::string& what) : std::runtime_error(what) {}
+};
+
+using Metrics = std::map<std::string, double>;
+
+struct AgentOptions {
+  int rank = 0;
+  int world = 1;
+  std::string host;                 // this rank's host name for messages; empty = gethostname()
+  std::string role;                 // "teacher p0 s1", "student 3": shown in messages and /metrics
+  Secret secret{};
+  double heartbeat_s = 5;
+  double watchdog_s = 120;          // the coordinator silent this long counts as lost
+  double connect_timeout_s = 120;   // keep retrying a refused connect this long (it may start later)
+  bool handle_signals = false;      // SIGTERM and SIGUSR1 request a coordinated stop
+  // Called once, on the agent's thread, when the job aborts (the watchdog fired, the coordinator
+  // was lost). Abort the communicators here (ncclCommAbort, MPI_Abort): the trainer thread may be
+  // stuck in a collective that only that can release. Must be thread-safe with the trainer.
+  std::function<void(const AbortInfo&)> on_abort;
+  // After on_abort, if the process is still alive this many seconds later, it ends with
+  // std::_Exit(1): a hung collective cannot be unwound, and a job that must not hang cannot wait
+  // for it. < 0 = never (tests, or callers that exit on their own).
+  double hard_exit_after_s = -1;
+  std::function<void(const std::string&)> log;  // one line per event; default: stderr
+};
+
+// Threading: the Agent runs its own Asio thread. report(), stop_step(), request_stop(),
+// aborted() may be called from any thread.
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  // Without shutdown(): closes the connection abruptly, which the coordinator treats as this rank
+  // dying (it aborts the others). That is what a rank leaving by an exception should cause.
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Connects (retrying while refused, up to connect_timeout_s), authenticates both ways, starts
+  // heartbeats. Throws ControlError naming the endpoint and the reason.
+  void connect(const Endpoint& coordinator);
+
+  // The trainer's latest state; sent with the next heartbeat. `step` = optimizer steps completed.
+  // A change of step or phase is progress for the stall watchdog: report a phase ("load 3/36",
+  // "eval", "checkpoint") around anything that may last longer than control.watchdog_s.
+  void report(int64_t step, int64_t stage, int64_t depth, const Metrics& metrics = {},
+              const std::string& phase = "train");
+
+  // Coordinated stop. Call at the top of every step, before any work on it, with `step` = steps
+  // completed so far (so the first call after resuming from checkpoint step k passes k).
+  // Returns nullopt (go on) or S, the agreed step: go on while step < S; at step == S, stop: a
+  // student checkpoints S, every rank exits with kExitRequeue.
+  //
+  // Why every rank agrees and none has gone past S, even though teachers run ahead of students:
+  // a stop request makes the coordinator send StopQuery to every rank. Each agent, atomically with
+  // respect to stop_step(), freezes: it answers with its reach = 1 + the last step it let begin
+  // (a rank that was allowed into step c will have completed c+1 before it asks again), and from
+  // then on stop_step() blocks until the decision arrives (one round trip, on agent threads only,
+  // so no trainer progress is needed and there is no deadlock). The coordinator takes S = the
+  // largest reach. So S >= every rank's current step: teachers ahead stop where they are or soon,
+  // students behind keep going to S, fed by the teachers (which do produce up to S). Nobody can
+  // have started step S (it would have announced reach S+1). Throws ControlError if the job
+  // aborted, and std::logic_error if called with step > S (a step boundary was skipped).
+  // Example: teacher began step 12 (reach 13), students began 9 (reach 10) -> S = 13: the teacher
+  // finishes step 12 and stops; students run steps 10, 11, 12 and checkpoint at 13.
+  std::optional<int64_t> stop_step(int64_t step);
+
+  // What a SIGTERM/SIGUSR1 does, for callers with other triggers (a stop file, tests).
+  void request_stop(const std::string& reason);
+
+  // The decided stop step without blocking or claiming a step (kStopAtFirstStep possible).
+  std::optional<int64_t> decided_stop_step() const;
+
+  std::optional<AbortInfo> aborted() const;
+
+  // Leaves on purpose: sends Bye(exit_code, message) so the coordinator does not count this rank as
+  // lost (an exit code other than 0 or 3 still aborts the others, with this message), then closes.
+  void shutdown(int exit_code, const std::string& message = {});
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace deepen::control

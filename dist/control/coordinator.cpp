@@ -1,0 +1,782 @@
+// Coordinator: Asio server for agents (handshake, heartbeats, stop, watchdog) and for /metrics.
+#include "dist/control/coordinator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <iostream>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <boost/asio.hpp>
+
+#include "dist/control/sha256.h"
+
+namespace deepen::control {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using boost::system::error_code;
+
+namespace {
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+Clock::duration from_seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::max(s, 0.0)));
+}
+
+// Listening socket on `host:port`; `host` is an address or a name to resolve.
+tcp::acceptor make_acceptor(asio::io_context& io, const std::string& host, uint16_t port,
+                            const char* what) {
+  error_code ec;
+  tcp::endpoint ep;
+  const auto addr = asio::ip::make_address(host, ec);
+  if (!ec) {
+    ep = tcp::endpoint(addr, port);
+  } else {
+    tcp::resolver resolver(io);
+    const auto results = resolver.resolve(host, std::to_string(port), ec);
+    if (ec || results.empty()) {
+      throw std::runtime_error(std::string(what) + ": cannot resolve \"" + host + "\": " + ec.message());
+    }
+    ep = results.begin()->endpoint();
+  }
+  tcp::acceptor acceptor(io);
+  acceptor.open(ep.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(ep, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    throw std::runtime_error(std::string(what) + ": cannot listen on " + host + ":" +
+                             std::to_string(port) + ": " + ec.message());
+  }
+  return acceptor;
+}
+
+std::string this_host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace
+
+class AgentSession;
+class HttpSession;
+
+struct Coordinator::Impl : std::enable_shared_from_this<Coordinator::Impl> {
+  struct Slot {
+    RankView view;                 // state, identity, step, phase, metrics (times filled on read)
+    Clock::time_point last_frame;
+    Clock::time_point last_progress;
+    std::weak_ptr<AgentSession> session;
+    bool acked = false;            // answered the current StopQuery
+    int64_t reach = -1;
+  };
+  enum class StopState { kNone, kQuerying, kDecided };
+
+  CoordinatorOptions opt;
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  std::optional<tcp::acceptor> metrics_acceptor;
+  asio::steady_timer watchdog_timer{io};
+  asio::steady_timer ping_timer{io};
+  asio::steady_timer stop_timer{io};
+  std::thread thread;
+  Endpoint advertised;
+  std::optional<Endpoint> metrics_advertised;
+  Clock::time_point started = Clock::now();
+
+  // Touched only on the io thread.
+  std::set<std::shared_ptr<AgentSession>> sessions;
+  size_t pending = 0;   // unauthenticated sessions
+  size_t http_live = 0;
+  std::string stop_reason;
+  StopState stop_state = StopState::kNone;
+  bool stopping = false;
+
+  // Shared with callers' threads.
+  mutable std::mutex mu;
+  mutable std::condition_variable cv;
+  std::vector<Slot> slots;
+  std::optional<int64_t> decided_stop;
+  std::optional<AbortInfo> abort_info;
+  CoordinatorStats counters;
+  std::atomic<size_t> live_sessions{0};
+
+  // Log lines about rejected peers are rate-limited: 1000 bad connections must not flood the log.
+  Clock::time_point log_window = Clock::now();
+  int log_in_window = 0;
+  int log_suppressed = 0;
+
+  explicit Impl(CoordinatorOptions o) : opt(std::move(o)) {
+    if (opt.world < 1) throw std::invalid_argument("Coordinator: world must be >= 1");
+    if (opt.connect_timeout_s <= 0) opt.connect_timeout_s = opt.watchdog_s;
+    if (!opt.log) opt.log = [](const std::string& line) { std::cerr << line << std::endl; };
+    slots.resize(size_t(opt.world));
+    for (int r = 0; r < opt.world; ++r) slots[size_t(r)].view.rank = r;
+  }
+
+  void log(const std::string& line) { opt.log("deepen control: " + line); }
+
+  void log_limited(const std::string& line) {
+    const auto now = Clock::now();
+    if (now - log_window > std::chrono::seconds(10)) {
+      log_window = now;
+      log_in_window = 0;
+    }
+    if (++log_in_window > 10) {
+      ++log_suppressed;
+      return;
+    }
+    std::string prefix;
+    if (log_suppressed > 0) {
+      prefix = "(" + std::to_string(log_suppressed) + " similar lines suppressed) ";
+      log_suppressed = 0;
+    }
+    log(prefix + line);
+  }
+
+  void start();
+  void accept();
+  void accept_http();
+  void arm_watchdog();
+  void arm_ping();
+  void check_watchdog();
+  void do_abort(const AbortInfo& info);
+  void begin_stop(const std::string& reason);
+  void maybe_decide_stop();
+  void broadcast(const Message& m);
+  std::vector<RankView> snapshot_locked(Clock::time_point now) const;
+  void on_session_closed(AgentSession& s, bool authed, int rank, bool said_bye);
+  std::string public_render() const;
+};
+
+// One agent connection: handshake, then frames until Bye, error or close.
+class AgentSession : public std::enable_shared_from_this<AgentSession> {
+ public:
+  AgentSession(Coordinator::Impl& owner, tcp::socket socket)
+      : owner_(owner), socket_(std::move(socket)), auth_timer_(owner.io) {
+    error_code ec;
+    const auto remote = socket_.remote_endpoint(ec);
+    remote_ = ec ? "?" : remote.address().to_string() + ":" + std::to_string(remote.port());
+  }
+
+  void start() {
+    ++owner_.live_sessions;
+    server_nonce_ = random_nonce();
+    send(Challenge{kProtocolVersion, server_nonce_});
+    auto self = shared_from_this();
+    auth_timer_.expires_after(from_seconds(owner_.opt.auth_timeout_s));
+    auth_timer_.async_wait([self](const error_code& ec) {
+      if (ec || self->authed_ || self->closed_) return;
+      {
+        std::lock_guard lock(self->owner_.mu);
+        ++self->owner_.counters.timed_out;
+      }
+      self->close("no handshake within control auth timeout");
+    });
+    read_prefix();
+  }
+
+  void send(const Message& m) {
+    if (closed_) return;
+    std::vector<uint8_t> frame = encode_frame(m);
+    if (queued_bytes_ + frame.size() > owner_.opt.max_send_queue_bytes) {
+      close("send queue over " + std::to_string(owner_.opt.max_send_queue_bytes) + " bytes: peer stopped reading");
+      return;
+    }
+    queued_bytes_ += frame.size();
+    queue_.push_back(std::move(frame));
+    if (!writing_) write_next();
+  }
+
+  // Shutdown: flush what is queued, then close without counting it as a lost rank.
+  void close_after_flush() {
+    leaving_ = true;
+    if (!writing_) close("coordinator shutting down");
+  }
+
+  void close(const std::string& why) {
+    if (closed_) return;
+    closed_ = true;
+    error_code ec;
+    auth_timer_.cancel();
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    --owner_.live_sessions;
+    if (!authed_ && !why.empty()) owner_.log_limited("closed unauthenticated connection from " + remote_ + ": " + why);
+    owner_.on_session_closed(*this, authed_, rank_, said_bye_ || leaving_);
+  }
+
+  bool authed() const { return authed_; }
+  int rank() const { return rank_; }
+
+ private:
+  void write_next() {
+    if (queue_.empty() || closed_) {
+      writing_ = false;
+      if (leaving_) close("");
+      return;
+    }
+    writing_ = true;
+    auto self = shared_from_this();
+    asio::async_write(socket_, asio::buffer(queue_.front()), [self](const error_code& ec, size_t) {
+      if (self->closed_) return;
+      self->queued_bytes_ -= self->queue_.front().size();
+      self->queue_.pop_front();
+      if (ec) {
+        self->close("write failed: " + ec.message());
+        return;
+      }
+      self->write_next();
+    });
+  }
+
+  void read_prefix() {
+    auto self = shared_from_this();
+    asio::async_read(socket_, asio::buffer(prefix_), [self](const error_code& ec, size_t) {
+      if (self->closed_) return;
+      if (ec) {
+        self->close(ec == asio::error::eof ? "peer closed" : ec.message());
+        return;
+      }
+      uint32_t n = 0;
+      try {
+        n = read_frame_length(self->prefix_, self->authed_ ? kMaxFrameBytes : kMaxHandshakeBytes);
+      } catch (const ProtocolError& e) {
+        self->protocol_error(e.what());
+        return;
+      }
+      self->read_body(n);
+    });
+  }
+
+  void read_body(uint32_t n) {
+    body_.resize(n);
+    auto self = shared_from_this();
+    asio::async_read(socket_, asio::buffer(body_), [self](const error_code& ec, size_t) {
+      if (self->closed_) return;
+      if (ec) {
+        self->close(ec.message());
+        return;
+      }
+      Message m;
+      try {
+        m = decode(self->body_);
+      } catch (const ProtocolError& e) {
+        self->protocol_error(e.what());
+        return;
+      }
+      if (!self->dispatch(std::move(m))) return;
+      if (!self->closed_) self->read_prefix();
+    });
+  }
+
+  void protocol_error(const std::string& what) {
+    {
+      std::lock_guard lock(owner_.mu);
+      ++owner_.counters.protocol_errors;
+    }
+    const std::string who = authed_ ? "rank " + std::to_string(rank_) : remote_;
+    owner_.log_limited("protocol error from " + who + ": " + what);
+    close(what);
+  }
+
+  // Returns false when the session is closed (stop reading).
+  bool dispatch(Message m) {
+    if (!authed_) {
+      if (auto* auth = std::get_if<Auth>(&m)) return authenticate(*auth);
+      protocol_error(std::string("expected Auth, got ") + message_name(m));
+      return false;
+    }
+    const auto now = Clock::now();
+    std::unique_lock lock(owner_.mu);
+    auto& slot = owner_.slots[size_t(rank_)];
+    slot.last_frame = now;
+    if (auto* hb = std::get_if<Heartbeat>(&m)) {
+      if (hb->step != slot.view.step || hb->phase != slot.view.phase) slot.last_progress = now;
+      slot.view.step = hb->step;
+      slot.view.stage = hb->stage;
+      slot.view.depth = hb->depth;
+      slot.view.phase = std::move(hb->phase);
+      slot.view.metrics = std::move(hb->metrics);
+      return true;
+    }
+    if (auto* ack = std::get_if<StopAck>(&m)) {
+      if (owner_.stop_state == Coordinator::Impl::StopState::kQuerying && !slot.acked) {
+        slot.acked = true;
+        slot.reach = ack->reach;
+        lock.unlock();
+        owner_.maybe_decide_stop();
+      }
+      return true;
+    }
+    if (auto* req = std::get_if<StopRequest>(&m)) {
+      lock.unlock();
+      owner_.begin_stop(req->reason);
+      return true;
+    }
+    if (auto* bye = std::get_if<Bye>(&m)) {
+      said_bye_ = true;
+      slot.view.state = RankState::kDone;
+      slot.view.exit_code = bye->exit_code;
+      slot.view.bye_message = bye->message;
+      lock.unlock();
+      owner_.cv.notify_all();
+      owner_.log("rank " + std::to_string(rank_) + " left with exit code " +
+                 std::to_string(bye->exit_code) + (bye->message.empty() ? "" : ": " + bye->message));
+      owner_.maybe_decide_stop();
+      owner_.check_watchdog();
+      return true;  // keep reading until the agent closes
+    }
+    lock.unlock();
+    protocol_error(std::string("unexpected ") + message_name(m) + " from an agent");
+    return false;
+  }
+
+  bool authenticate(const Auth& auth) {
+    auto reject = [&](const std::string& why) {
+      {
+        std::lock_guard lock(owner_.mu);
+        ++owner_.counters.rejected_auth;
+      }
+      owner_.log_limited("rejected connection from " + remote_ + " claiming rank " +
+                         std::to_string(auth.rank) + ": " + why);
+      close("");
+      return false;
+    };
+    if (!digest_equal(agent_mac(owner_.opt.secret, server_nonce_, auth), auth.mac)) {
+      return reject("wrong job secret (MAC mismatch)");
+    }
+    if (auth.world != owner_.opt.world) {
+      return reject("world size " + std::to_string(auth.world) + " differs from the coordinator's " +
+                    std::to_string(owner_.opt.world));
+    }
+    if (auth.rank < 0 || auth.rank >= owner_.opt.world) return reject("rank out of range");
+    const auto now = Clock::now();
+    std::unique_lock lock(owner_.mu);
+    auto& slot = owner_.slots[size_t(auth.rank)];
+    if (slot.view.state != RankState::kNeverConnected) {
+      lock.unlock();
+      return reject("rank already connected once; a restarted rank must restart the whole job");
+    }
+    slot.view.state = RankState::kConnected;
+    slot.view.host = auth.host;
+    slot.view.role = auth.role;
+    slot.view.pid = auth.pid;
+    slot.last_frame = now;
+    slot.last_progress = now;
+    slot.session = weak_from_this();
+    ++owner_.counters.authenticated;
+    const auto stop = owner_.decided_stop;
+    const auto aborted = owner_.abort_info;
+    lock.unlock();
+    authed_ = true;
+    rank_ = auth.rank;
+    auth_timer_.cancel();
+    --owner_.pending;
+    send(AuthOk{coordinator_mac(owner_.opt.secret, server_nonce_, auth.nonce, auth.rank)});
+    // A rank that joins late still learns what the others already know.
+    if (aborted) send(Abort{aborted->rank, aborted->host, aborted->step, aborted->message});
+    else if (stop) send(Stop{*stop, owner_.stop_reason});
+    else if (owner_.stop_state == Coordinator::Impl::StopState::kQuerying) {
+      std::lock_guard relock(owner_.mu);
+      slot.acked = false;
+      send(StopQuery{});
+    }
+    return true;
+  }
+
+  Coordinator::Impl& owner_;
+  tcp::socket socket_;
+  asio::steady_timer auth_timer_;
+  std::string remote_;
+  Nonce server_nonce_{};
+  std::array<uint8_t, 4> prefix_{};
+  std::vector<uint8_t> body_;
+  std::deque<std::vector<uint8_t>> queue_;
+  size_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool closed_ = false;
+  bool authed_ = false;
+  bool said_bye_ = false;
+  bool leaving_ = false;
+  int rank_ = -1;
+};
+
+// One /metrics request: bounded in size and time, answered, closed.
+class HttpSession : public std::enable_shared_from_this<HttpSession> {
+ public:
+  HttpSession(Coordinator::Impl& owner, tcp::socket socket)
+      : owner_(owner), socket_(std::move(socket)), timer_(owner.io),
+        buffer_(owner.opt.http_max_request_bytes) {}
+
+  void start() {
+    ++owner_.http_live;
+    auto self = shared_from_this();
+    timer_.expires_after(from_seconds(owner_.opt.http_timeout_s));
+    timer_.async_wait([self](const error_code& ec) {
+      if (!ec) self->close();  // slow or silent client
+    });
+    asio::async_read_until(socket_, buffer_, "\r\n\r\n", [self](const error_code& ec, size_t) {
+      if (self->closed_) return;
+      if (ec == asio::error::not_found) {
+        self->respond("431 Request Header Fields Too Large", "request too large\n", "");
+      } else if (ec) {
+        self->close();
+      } else {
+        self->handle();
+      }
+    });
+  }
+
+ private:
+  void handle() {
+    {
+      std::lock_guard lock(owner_.mu);
+      ++owner_.counters.http_requests;
+    }
+    std::istream in(&buffer_);
+    std::string line;
+    std::getline(in, line);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t a = line.find(' ');
+    const size_t b = a == std::string::npos ? a : line.find(' ', a + 1);
+    if (a == std::string::npos || b == std::string::npos || line.find(' ', b + 1) != std::string::npos ||
+        line.compare(b + 1, 7, "HTTP/1.") != 0) {
+      respond("400 Bad Request", "malformed request line\n", "");
+      return;
+    }
+    const std::string method = line.substr(0, a);
+    std::string path = line.substr(a + 1, b - a - 1);
+    path = path.substr(0, path.find('?'));
+    if (method != "GET") {
+      respond("405 Method Not Allowed", "only GET\n", "Allow: GET\r\n");
+    } else if (path != "/metrics") {
+      respond("404 Not Found", "only /metrics is served\n", "");
+    } else {
+      respond("200 OK", owner_.public_render(), "",
+              "text/plain; version=0.0.4; charset=utf-8");
+    }
+  }
+
+  void respond(const std::string& status, const std::string& body, const std::string& extra,
+               const std::string& type = "text/plain; charset=utf-8") {
+    response_ = "HTTP/1.1 " + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " +
+                std::to_string(body.size()) + "\r\n" + extra + "Connection: close\r\n\r\n" + body;
+    auto self = shared_from_this();
+    asio::async_write(socket_, asio::buffer(response_), [self](const error_code&, size_t) {
+      self->close();
+    });
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    error_code ec;
+    timer_.cancel();
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    --owner_.http_live;
+  }
+
+  Coordinator::Impl& owner_;
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  asio::streambuf buffer_;
+  std::string response_;
+  bool closed_ = false;
+};
+
+std::string Coordinator::Impl::public_render() const {
+  std::lock_guard lock(mu);
+  return render_prometheus(snapshot_locked(Clock::now()), decided_stop, abort_info.has_value());
+}
+
+void Coordinator::Impl::start() {
+  acceptor = make_acceptor(io, opt.bind, opt.port, "control coordinator");
+  const auto local = acceptor.local_endpoint();
+  std::string host = opt.advertise_host;
+  if (host.empty()) host = local.address().is_unspecified() ? this_host_name() : opt.bind;
+  advertised = Endpoint{host, local.port()};
+  if (opt.metrics) {
+    metrics_acceptor.emplace(make_acceptor(io, opt.metrics_bind, opt.metrics_port, "control /metrics"));
+    metrics_advertised = Endpoint{opt.metrics_bind, metrics_acceptor->local_endpoint().port()};
+    accept_http();
+  }
+  accept();
+  arm_watchdog();
+  arm_ping();
+  thread = std::thread([this] { io.run(); });
+  log("coordinator listening on " + advertised.str() + " for " + std::to_string(opt.world) + " ranks" +
+      (metrics_advertised ? "; metrics on http://" + metrics_advertised->str() + "/metrics" : ""));
+}
+
+void Coordinator::Impl::accept() {
+  acceptor.async_accept([this](const error_code& ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || stopping) return;
+    if (!ec) {
+      {
+        std::lock_guard lock(mu);
+        ++counters.accepted;
+        if (pending >= opt.max_pending) ++counters.refused_busy;
+      }
+      if (pending >= opt.max_pending) {
+        error_code ignore;
+        socket.close(ignore);
+        log_limited("refused a connection: " + std::to_string(pending) + " unauthenticated already");
+      } else {
+        ++pending;
+        auto s = std::make_shared<AgentSession>(*this, std::move(socket));
+        sessions.insert(s);
+        s->start();
+      }
+    }
+    accept();
+  });
+}
+
+void Coordinator::Impl::accept_http() {
+  metrics_acceptor->async_accept([this](const error_code& ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || stopping) return;
+    if (!ec) {
+      if (http_live >= 16) {  // scrapes are rare; a flood of slow clients must not eat descriptors
+        error_code ignore;
+        socket.close(ignore);
+      } else {
+        std::make_shared<HttpSession>(*this, std::move(socket))->start();
+      }
+    }
+    accept_http();
+  });
+}
+
+void Coordinator::Impl::arm_watchdog() {
+  const double tick = std::clamp(std::min(opt.watchdog_s, opt.heartbeat_s) / 4, 0.01, 1.0);
+  watchdog_timer.expires_after(from_seconds(tick));
+  watchdog_timer.async_wait([this](const error_code& ec) {
+    if (ec || stopping) return;
+    check_watchdog();
+    arm_watchdog();
+  });
+}
+
+void Coordinator::Impl::arm_ping() {
+  ping_timer.expires_after(from_seconds(opt.heartbeat_s));
+  ping_timer.async_wait([this](const error_code& ec) {
+    if (ec || stopping) return;
+    Ping ping;
+    {
+      std::lock_guard lock(mu);
+      const auto& host = slots[size_t(std::clamp(opt.host_rank, 0, opt.world - 1))].view;
+      ping = Ping{host.rank, host.host, host.step};
+    }
+    broadcast(ping);
+    arm_ping();
+  });
+}
+
+std::vector<RankView> Coordinator::Impl::snapshot_locked(Clock::time_point now) const {
+  std::vector<RankView> views;
+  views.reserve(slots.size());
+  for (const Slot& s : slots) {
+    RankView v = s.view;
+    if (v.state != RankState::kNeverConnected) {
+      v.heartbeat_age_s = seconds_between(s.last_frame, now);
+      v.stall_s = seconds_between(s.last_progress, now);
+    }
+    views.push_back(std::move(v));
+  }
+  return views;
+}
+
+void Coordinator::Impl::check_watchdog() {
+  std::optional<AbortInfo> verdict;
+  {
+    std::lock_guard lock(mu);
+    if (abort_info || stopping) return;
+    const auto now = Clock::now();
+    verdict = watchdog_verdict(snapshot_locked(now), seconds_between(started, now),
+                               WatchdogLimits{opt.watchdog_s, opt.connect_timeout_s});
+  }
+  if (verdict) do_abort(*verdict);
+}
+
+void Coordinator::Impl::do_abort(const AbortInfo& info) {
+  {
+    std::lock_guard lock(mu);
+    if (abort_info) return;
+    abort_info = info;
+  }
+  cv.notify_all();
+  log("ABORT: " + info.message);
+  broadcast(Abort{info.rank, info.host, info.step, info.message});
+}
+
+void Coordinator::Impl::broadcast(const Message& m) {
+  const auto copy = sessions;  // send() may close a session, which edits the set
+  for (const auto& s : copy) {
+    if (s->authed()) s->send(m);
+  }
+}
+
+void Coordinator::Impl::begin_stop(const std::string& reason) {
+  {
+    std::lock_guard lock(mu);
+    if (abort_info) return;
+  }
+  if (stop_state != StopState::kNone) {
+    log("stop request (" + reason + ") joins the stop already under way");
+    return;
+  }
+  stop_reason = reason;
+  stop_state = StopState::kQuerying;
+  log("coordinated stop requested (" + reason + "); asking every rank how far it can get");
+  {
+    std::lock_guard lock(mu);
+    for (Slot& s : slots) {
+      s.acked = false;
+      s.reach = -1;
+    }
+  }
+  broadcast(StopQuery{});
+  stop_timer.expires_after(from_seconds(opt.watchdog_s));
+  stop_timer.async_wait([this](const error_code& ec) {
+    if (ec || stop_state != StopState::kQuerying) return;
+    std::optional<AbortInfo> verdict;
+    {
+      std::lock_guard lock(mu);
+      for (const Slot& s : slots) {
+        if (s.view.state == RankState::kConnected && !s.acked) {
+          verdict = AbortInfo{s.view.rank, s.view.host, s.view.step,
+                              describe_rank(s.view) + ": did not answer the stop query within " +
+                                  std::to_string(opt.watchdog_s) + " s"};
+          break;
+        }
+      }
+    }
+    if (verdict) do_abort(*verdict);
+  });
+  maybe_decide_stop();
+}
+
+void Coordinator::Impl::maybe_decide_stop() {
+  if (stop_state != StopState::kQuerying) return;
+  int64_t step = 0;
+  {
+    std::lock_guard lock(mu);
+    std::vector<int64_t> reaches;
+    for (const Slot& s : slots) {
+      if (s.view.state == RankState::kConnected && !s.acked) return;  // still waiting
+      if (s.acked) reaches.push_back(s.reach);
+    }
+    step = decide_stop_step(reaches);
+    decided_stop = step;
+  }
+  stop_state = StopState::kDecided;
+  stop_timer.cancel();
+  cv.notify_all();
+  log("coordinated stop agreed: every rank stops once " +
+      (step == kStopAtFirstStep ? std::string("it reaches its first step") : std::to_string(step) + " steps are complete") +
+      " (" + stop_reason + ")");
+  broadcast(Stop{step, stop_reason});
+}
+
+void Coordinator::Impl::on_session_closed(AgentSession& s, bool authed, int rank, bool said_bye) {
+  sessions.erase(s.shared_from_this());
+  if (!authed) {
+    --pending;
+    return;
+  }
+  if (said_bye || stopping) return;
+  {
+    std::lock_guard lock(mu);
+    Slot& slot = slots[size_t(rank)];
+    if (slot.view.state == RankState::kConnected) slot.view.state = RankState::kLost;
+  }
+  check_watchdog();
+  maybe_decide_stop();
+}
+
+Coordinator::Coordinator(CoordinatorOptions options)
+    : impl_(std::make_shared<Impl>(std::move(options))) {
+  impl_->start();
+}
+
+Coordinator::~Coordinator() { stop(); }
+
+Endpoint Coordinator::endpoint() const { return impl_->advertised; }
+std::optional<Endpoint> Coordinator::metrics_endpoint() const { return impl_->metrics_advertised; }
+
+std::vector<RankView> Coordinator::ranks() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->snapshot_locked(Clock::now());
+}
+
+std::optional<int64_t> Coordinator::stop_step() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->decided_stop;
+}
+
+std::optional<AbortInfo> Coordinator::aborted() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->abort_info;
+}
+
+CoordinatorStats Coordinator::stats() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->counters;
+}
+
+std::string Coordinator::render_metrics() const { return impl_->public_render(); }
+
+bool Coordinator::wait_all_done(double timeout_s) const {
+  std::unique_lock lock(impl_->mu);
+  auto all_done = [&] {
+    return std::all_of(impl_->slots.begin(), impl_->slots.end(),
+                       [](const Impl::Slot& s) { return s.view.state == RankState::kDone; });
+  };
+  impl_->cv.wait_for(lock, from_seconds(timeout_s), [&] { return all_done() || impl_->abort_info; });
+  return all_done();
+}
+
+void Coordinator::stop() {
+  Impl& im = *impl_;
+  if (!im.thread.joinable()) return;
+  asio::post(im.io, [&im] {
+    im.stopping = true;
+    error_code ec;
+    im.acceptor.close(ec);
+    if (im.metrics_acceptor) im.metrics_acceptor->close(ec);
+    im.watchdog_timer.cancel();
+    im.ping_timer.cancel();
+    im.stop_timer.cancel();
+    const auto copy = im.sessions;
+    for (const auto& s : copy) {
+      if (s->authed()) {
+        s->send(Shutdown{});
+        s->close_after_flush();
+      } else {
+        s->close("");
+      }
+    }
+  });
+  // Give the Shutdown frames a moment to leave, so agents do not take this for a crash.
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  while (im.live_sessions.load() > 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  im.io.stop();
+  im.thread.join();
+}
+
+}  // namespace deepen::control

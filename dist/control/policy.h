@@ -1,0 +1,92 @@
+// Control-plane decisions as pure functions: handshake MACs, watchdog verdict, agreed stop step.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "dist/control/secret.h"
+#include "dist/control/wire.h"
+
+namespace deepen::control {
+
+// Why a job aborts, as every rank prints it: "rank 3 on node02 (student 3, pid 1234), last step 17:
+// control connection lost; the process died or its node failed".
+struct AbortInfo {
+  int rank = -1;        // the rank at fault; -1 when no single rank is (e.g. a lost coordinator)
+  std::string host;
+  int64_t step = -1;    // its last reported step; -1 = it had not completed one
+  std::string message;  // the full sentence above
+};
+
+// ---- Handshake --------------------------------------------------------------------------------
+// The coordinator sends a fresh nonce; the agent answers with its identity, its own nonce and
+//   agent_mac = HMAC(secret, "deepen-control-v1 agent" | server nonce | Auth encoded with mac = 0)
+// so the MAC covers every field it sends; the coordinator answers with
+//   coordinator_mac = HMAC(secret, "deepen-control-v1 coordinator" | server nonce | agent nonce | rank)
+// so the agent knows it talks to its own job's coordinator (ABORT and STOP from anyone else would be
+// a denial of service). Nonces on both sides make a recorded exchange useless for a replay.
+Mac agent_mac(const Secret& secret, const Nonce& server_nonce, const Auth& auth);
+Mac coordinator_mac(const Secret& secret, const Nonce& server_nonce, const Nonce& agent_nonce,
+                    int32_t rank);
+Nonce random_nonce();
+
+// ---- Watchdog ---------------------------------------------------------------------------------
+enum class RankState { kNeverConnected, kConnected, kLost, kDone };
+
+// What the coordinator knows about one rank when the watchdog looks.
+struct RankView {
+  int rank = 0;
+  std::string host;
+  std::string role;
+  int64_t pid = 0;
+  RankState state = RankState::kNeverConnected;
+  int64_t step = -1;
+  int64_t stage = 0;
+  int64_t depth = 0;           // active student depth
+  std::string phase;
+  MetricList metrics;          // the trainer's last metric map (losses, tokens/s, bytes/s, ...)
+  double heartbeat_age_s = 0;  // since the last frame from it
+  double stall_s = 0;          // since its (step, phase) last changed
+  int exit_code = 0;           // kDone: the code its Bye announced
+  std::string bye_message;
+};
+
+struct WatchdogLimits {
+  double watchdog_s = 120;         // heartbeat silence or job-wide stall this long aborts
+  double connect_timeout_s = 120;  // every rank must have connected this long after start
+};
+
+// The first reason to abort, or nullopt. Checked in this order, first hit wins:
+//  1. a rank's connection dropped without a Bye (process died, node lost)   -> blame that rank
+//  2. a rank said Bye with an exit code other than 0 or 3 (it failed)        -> blame that rank
+//  3. a connected rank's last heartbeat is older than watchdog_s             -> blame the oldest
+//     (its agent thread beats independently of training, so silence means the process is frozen,
+//     stopped or unreachable, not merely busy)
+//  4. no connected rank made progress for watchdog_s                          -> blame the rank
+//     stalled longest. Job-wide on purpose: ranks wait on each other in collectives, so one hung
+//     rank soon stalls all; the first one to stop is the culprit, and a rank legitimately waiting
+//     while another loads weights or evaluates (and reports phases) is not blamed.
+//  5. some rank has not connected connect_timeout_s after start               -> name the lowest
+// Example (watchdog_s = 10): ranks 0..3 connected; rank 2 stall 14 s, rank 0 stall 11 s, ranks 1,3
+// stall 12 s, heartbeats fresh -> rule 4: "rank 2 on n1 (...), last step 7: no rank has made progress
+// for 11.0 s; this one stopped first, 14.0 s ago (limit control.watchdog_s = 10 s)". If rank 0 had
+// stall 1 s, nothing fires: it is still working (e.g. loading the teacher) and may unblock the rest.
+std::optional<AbortInfo> watchdog_verdict(std::span<const RankView> ranks, double since_start_s,
+                                          const WatchdogLimits& limits);
+
+// "rank 3 on node02 (student 3, pid 1234), last step 17" — the prefix of every abort message.
+std::string describe_rank(const RankView& rank);
+
+// ---- Coordinated stop -------------------------------------------------------------------------
+// Ranks stop once S steps are complete, S being the largest reach any rank announced in its StopAck
+// (see agent.h for why every rank can reach S and none is past it). kStopAtFirstStep when no rank
+// had begun a step yet: then every rank stops at its first check, which is the same step for all
+// because all ranks start from the same checkpoint.
+// Examples: reaches {12, 9, 9, 10} -> 12 (teachers run ahead; students catch up to 12);
+//           reaches {-1, 5} -> 5; reaches {-1, -1} -> kStopAtFirstStep.
+inline constexpr int64_t kStopAtFirstStep = -1;
+int64_t decide_stop_step(std::span<const int64_t> reaches);
+
+}  // namespace deepen::control

@@ -1,0 +1,148 @@
+// Control-plane wire format: length-prefixed, size-bounded binary frames and their strict parser.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace deepen::control {
+
+// A frame is a 4-byte big-endian body length, then the body: one type byte and the fields in the
+// order each struct's fields() lists them. Integers are big-endian, doubles are IEEE-754 bits
+// big-endian, strings are a u16 length and bytes, nonces and MACs are 32 raw bytes, the metric map is
+// a u16 count of (string, double). The parser rejects anything else (unknown type, short or
+// trailing bytes, over-long strings): a peer that sends it gets its connection closed.
+inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint32_t kMaxFrameBytes = 64 * 1024;  // body bytes after the authenticated handshake
+inline constexpr uint32_t kMaxHandshakeBytes = 1024;   // body bytes before it: Auth is small
+inline constexpr size_t kMaxStringBytes = 4096;        // host names, phases, reasons, messages
+inline constexpr size_t kMaxMetrics = 256;             // entries in one heartbeat's metric map
+inline constexpr size_t kMaxMetricName = 128;
+
+using Nonce = std::array<uint8_t, 32>;
+using Mac = std::array<uint8_t, 32>;
+using MetricList = std::vector<std::pair<std::string, double>>;
+
+// Thrown by decode() and read_frame_length() on malformed input. Never crosses a connection: the
+// session that hit it is closed.
+class ProtocolError : public std::runtime_error {
+ public:
+  explicit ProtocolError(const std::string& what) : std::runtime_error(what) {}
+};
+
+// coordinator -> agent, first frame on every connection: the server's half of the handshake.
+struct Challenge {
+  uint16_t version = kProtocolVersion;
+  Nonce nonce{};
+  template <class F> void fields(F& f) { f(version); f(nonce); }
+};
+
+// agent -> coordinator: who I am, and a MAC over the server nonce, my nonce and these fields.
+struct Auth {
+  int32_t rank = 0;
+  int32_t world = 0;
+  int64_t pid = 0;
+  std::string host;
+  std::string role;  // "teacher p0 s1", "student 3", ...: shown in /metrics labels and messages
+  Nonce nonce{};
+  Mac mac{};
+  template <class F> void fields(F& f) {
+    f(rank); f(world); f(pid); f(host); f(role); f(nonce); f(mac);
+  }
+};
+
+// coordinator -> agent: proves the coordinator knows the secret too (mutual authentication).
+struct AuthOk {
+  Mac mac{};
+  template <class F> void fields(F& f) { f(mac); }
+};
+
+// agent -> coordinator, every heartbeat_s: the trainer's last report.
+struct Heartbeat {
+  int64_t step = -1;   // optimizer steps completed; -1 = not started yet
+  int64_t stage = 0;
+  int64_t depth = 0;
+  std::string phase;   // free text; a change counts as progress for the stall watchdog
+  MetricList metrics;
+  template <class F> void fields(F& f) { f(step); f(stage); f(depth); f(phase); f(metrics); }
+};
+
+// agent -> coordinator: a signal (or the trainer) asks for a coordinated stop.
+struct StopRequest {
+  std::string reason;
+  template <class F> void fields(F& f) { f(reason); }
+};
+
+// coordinator -> agent: freeze your step claims and tell me how far you can get (see agent.h).
+struct StopQuery {
+  template <class F> void fields(F&) {}
+};
+
+// agent -> coordinator: the steps this rank will have completed before it next asks stop_step().
+struct StopAck {
+  int64_t reach = -1;  // -1 = this rank has not begun any step yet
+  template <class F> void fields(F& f) { f(reach); }
+};
+
+// coordinator -> agent: everyone stops once `step` steps are complete.
+struct Stop {
+  int64_t step = 0;  // kStopAtFirstStep: no rank had begun a step; stop at your first check
+  std::string reason;
+  template <class F> void fields(F& f) { f(step); f(reason); }
+};
+
+// coordinator -> agent: the job is lost; abort the communicators and exit non-zero.
+struct Abort {
+  int32_t rank = -1;  // the rank at fault; -1 = not one rank (e.g. several never connected)
+  std::string host;
+  int64_t step = -1;
+  std::string message;
+  template <class F> void fields(F& f) { f(rank); f(host); f(step); f(message); }
+};
+
+// agent -> coordinator: this rank is leaving on purpose, with this exit code.
+struct Bye {
+  int32_t exit_code = 0;
+  std::string message;
+  template <class F> void fields(F& f) { f(exit_code); f(message); }
+};
+
+// coordinator -> agent, every heartbeat_s: I am alive; and the hosting rank's state, so that an
+// agent that loses the coordinator can name that rank, its host and its last step.
+struct Ping {
+  int32_t host_rank = -1;
+  std::string host;
+  int64_t host_step = -1;
+  template <class F> void fields(F& f) { f(host_rank); f(host); f(host_step); }
+};
+
+// coordinator -> agent: the coordinator closes on purpose; losing it now is not a failure.
+struct Shutdown {
+  template <class F> void fields(F&) {}
+};
+
+using Message = std::variant<Challenge, Auth, AuthOk, Heartbeat, StopRequest, StopQuery, StopAck,
+                             Stop, Abort, Bye, Ping, Shutdown>;
+
+// Body (type byte + fields), without the length prefix. Throws ProtocolError if a field is over
+// its bound (the sender's bug, caught before it reaches the wire).
+std::vector<uint8_t> encode(const Message& message);
+
+// Length prefix + body: what goes on the wire.
+std::vector<uint8_t> encode_frame(const Message& message);
+
+// Parses one body. Throws ProtocolError on anything but an exact, well-formed message.
+Message decode(std::span<const uint8_t> body);
+
+// The body length announced by a 4-byte prefix; throws ProtocolError if 0 or above `max_bytes`.
+uint32_t read_frame_length(const std::array<uint8_t, 4>& prefix, uint32_t max_bytes);
+
+// Short name of a message type, for logs ("Heartbeat").
+const char* message_name(const Message& message);
+
+}  // namespace deepen::control
