@@ -23,5 +23,6 @@ void add_config_options(CLI::App& cmd, ConfigOptions& opts);
 Config load_config(const ConfigOptions& opts);
 
 // Each subcommand lives in its own launch/cmd_*.cpp and registers itself on the app.
+void register_inspect_command(CLI::App& app);
 
 }  // namespace deepen

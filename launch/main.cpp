@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   CLI::App app{"deepen: distil a Qwen3 teacher into a student that grows in depth"};
   app.require_subcommand(1);
   // One line per subcommand; each is defined in launch/cmd_<name>.cpp.
+  deepen::register_inspect_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
