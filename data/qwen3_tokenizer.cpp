@@ -1,0 +1,510 @@
+// Qwen3 byte-level BPE: tokenizer.json loading and validation, added-token cutting, NFC, the split,
+// rank-ordered merges (linear scan for short words, a heap for long ones), decode.
+#include "data/qwen3_tokenizer.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <queue>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "data/hash.h"
+#include "data/qwen3_split.h"
+#include "data/unicode_text.h"
+#include "launch/input_error.h"
+
+namespace deepen {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kQwenPattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr uint64_t kNoMerge = ~uint64_t(0);
+// Words longer than this merge with a heap (O(n log n)) instead of a linear scan per merge (O(n²)
+// but with tiny constants): a run of 10,000 spaces is one pre-token.
+constexpr size_t kHeapThreshold = 96;
+
+// GPT-2's byte-level alphabet: bytes that are printable Latin-1 stand for themselves, the other 68
+// bytes map to U+0100.. in byte order, so every token is a printable string in tokenizer.json.
+std::array<char32_t, 256> byte_level_alphabet() {
+  std::array<char32_t, 256> cps{};
+  char32_t next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    cps[size_t(b)] = printable ? char32_t(b) : next++;
+  }
+  return cps;
+}
+
+// Pair (left id, right id) -> (rank << 32 | merged id); open addressing.
+class MergeTable {
+ public:
+  void init(size_t count) {
+    size_t cap = 1024;
+    while (cap < 2 * count) cap <<= 1;
+    keys_.assign(cap, kNoMerge);
+    vals_.assign(cap, kNoMerge);
+    mask_ = cap - 1;
+  }
+  // Returns false when the pair is already there (a duplicate merge: the first rank wins, as in HF).
+  bool insert(int32_t a, int32_t b, uint64_t val) {
+    const uint64_t key = pack(a, b);
+    for (size_t i = mix64(key) & mask_;; i = (i + 1) & mask_) {
+      if (keys_[i] == key) return false;
+      if (keys_[i] == kNoMerge) { keys_[i] = key; vals_[i] = val; return true; }
+    }
+  }
+  uint64_t get(int32_t a, int32_t b) const {
+    const uint64_t key = pack(a, b);
+    for (size_t i = mix64(key) & mask_;; i = (i + 1) & mask_) {
+      if (keys_[i] == key) return vals_[i];
+      if (keys_[i] == kNoMerge) return kNoMerge;
+    }
+  }
+
+ private:
+  static uint64_t pack(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+  std::vector<uint64_t> keys_, vals_;
+  size_t mask_ = 0;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open tokenizer file: " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class Qwen3Tokenizer final : public Tokenizer {
+ public:
+  explicit Qwen3Tokenizer(const std::string& path) : path_(path) { load(read_file(path)); }
+
+  void encode_append(std::string_view text, std::vector<int32_t>& out) const override;
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::string s;
+    for (int32_t id : ids) s += bytes_of(id);
+    return s;
+  }
+  std::string token_bytes(int32_t id) const override { return std::string(bytes_of(id)); }
+  int64_t vocab_size() const override { return int64_t(classes_.size()); }
+  int64_t padded_vocab_size() const override { return std::max<int64_t>(kQwen3PaddedVocab, vocab_size()); }
+  int32_t eos_id() const override { return eos_; }
+  bool is_special(int32_t id) const override { return token_class(id) == TokenClass::kSpecial; }
+  TokenClass token_class(int32_t id) const override {
+    check_id(id);
+    return classes_[size_t(id)];
+  }
+  uint64_t fingerprint() const override { return fingerprint_; }
+  std::string name() const override { return "qwen3"; }
+
+ private:
+  struct Added {
+    std::string text;
+    int32_t id;
+  };
+  struct Work {  // per-call buffers
+    std::string normalized;
+    std::vector<Piece> pieces;
+    std::vector<uint32_t> scratch;
+    std::vector<int32_t> syms;
+    std::vector<uint64_t> pairs;
+  };
+
+  void load(const std::string& text);
+  [[noreturn]] void fail(const std::string& where, const std::string& why) const {
+    throw InputError(path_ + ": " + where + ": " + why);
+  }
+  void check_id(int32_t id) const {
+    if (id < 0 || size_t(id) >= classes_.size())
+      throw InputError("token id " + std::to_string(id) + " is outside the Qwen3 vocabulary [0, " +
+                       std::to_string(classes_.size()) + ")");
+  }
+  std::string_view bytes_of(int32_t id) const {
+    check_id(id);
+    return std::string_view(pool_).substr(offsets_[size_t(id)], offsets_[size_t(id) + 1] - offsets_[size_t(id)]);
+  }
+  int32_t find_word(std::string_view w) const {
+    const uint64_t h = hash64(w);
+    for (size_t i = h & word_mask_;; i = (i + 1) & word_mask_) {
+      const int32_t id = word_ids_[i];
+      if (id < 0) return -1;
+      if (word_hashes_[i] == h && bytes_of_unchecked(id) == w) return id;
+    }
+  }
+  std::string_view bytes_of_unchecked(int32_t id) const {
+    return std::string_view(pool_).substr(offsets_[size_t(id)], offsets_[size_t(id) + 1] - offsets_[size_t(id)]);
+  }
+  void encode_segment(std::string_view s, std::vector<int32_t>& out, Work& w) const;
+  void encode_word(std::string_view word, std::vector<int32_t>& out, Work& w) const;
+  void merge_scan(std::string_view word, std::vector<int32_t>& out, Work& w) const;
+  void merge_heap(std::string_view word, std::vector<int32_t>& out) const;
+
+  std::string path_;
+  std::string pool_;               // bytes of every id, back to back
+  std::vector<uint32_t> offsets_;  // id -> [offsets_[id], offsets_[id+1]) in pool_
+  std::vector<TokenClass> classes_;
+  std::array<int32_t, 256> byte_ids_{};
+  MergeTable merges_;
+  // bytes -> BPE id (not the added tokens), open addressing.
+  std::vector<int32_t> word_ids_;
+  std::vector<uint64_t> word_hashes_;
+  size_t word_mask_ = 0;
+  // Per BPE id: 0 = not known yet, 1 = merging its own bytes gives exactly this id, 2 = it does not.
+  // Lets a pre-token that is a whole vocabulary entry (most are) skip the merge loop. Written
+  // racily but idempotently (every thread computes the same value).
+  std::unique_ptr<std::atomic<uint8_t>[]> whole_;
+  std::vector<Added> added_;
+  std::array<std::vector<int32_t>, 256> added_by_first_byte_;  // indices into added_, longest first
+  int32_t eos_ = -1;
+  uint64_t fingerprint_ = 0;
+};
+
+void Qwen3Tokenizer::load(const std::string& text) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::exception& e) {
+    fail("file", std::string("not valid JSON: ") + e.what());
+  }
+  auto expect = [&](const json& j, const char* key, const std::string& where) -> const json& {
+    if (!j.is_object() || !j.contains(key)) fail(where, std::string("missing \"") + key + "\"");
+    return j.at(key);
+  };
+  auto expect_str = [&](const json& j, const std::string& want, const std::string& where) {
+    if (!j.is_string() || j.get<std::string>() != want)
+      fail(where, "expected " + json(want).dump() + ", got " + j.dump().substr(0, 200) +
+                      " (deepen implements the Qwen2/Qwen3 tokenizer configuration only)");
+  };
+  auto expect_false = [&](const json& j, const char* key, const std::string& where) {
+    if (j.contains(key) && !j.at(key).is_null() && j.at(key) != false)
+      fail(where + "." + key, "must be false, got " + j.at(key).dump());
+  };
+  auto expect_empty = [&](const json& j, const char* key, const std::string& where) {
+    if (j.contains(key) && !j.at(key).is_null() && j.at(key) != "")
+      fail(where + "." + key, "must be empty, got " + j.at(key).dump());
+  };
+
+  // Normalizer, pre-tokenizer and decoder: exactly Qwen's.
+  const json& norm = expect(doc, "normalizer", "normalizer");
+  expect_str(expect(norm, "type", "normalizer"), "NFC", "normalizer.type");
+  const json& pre = expect(doc, "pre_tokenizer", "pre_tokenizer");
+  expect_str(expect(pre, "type", "pre_tokenizer"), "Sequence", "pre_tokenizer.type");
+  const json& seq = expect(pre, "pretokenizers", "pre_tokenizer");
+  if (!seq.is_array() || seq.size() != 2) fail("pre_tokenizer.pretokenizers", "expected [Split, ByteLevel]");
+  expect_str(expect(seq[0], "type", "pre_tokenizer.pretokenizers[0]"), "Split", "pre_tokenizer.pretokenizers[0].type");
+  expect_str(expect(expect(seq[0], "pattern", "pre_tokenizer.pretokenizers[0]"), "Regex",
+                    "pre_tokenizer.pretokenizers[0].pattern"),
+             kQwenPattern, "pre_tokenizer.pretokenizers[0].pattern.Regex");
+  expect_str(expect(seq[0], "behavior", "pre_tokenizer.pretokenizers[0]"), "Isolated",
+             "pre_tokenizer.pretokenizers[0].behavior");
+  expect_false(seq[0], "invert", "pre_tokenizer.pretokenizers[0]");
+  expect_str(expect(seq[1], "type", "pre_tokenizer.pretokenizers[1]"), "ByteLevel", "pre_tokenizer.pretokenizers[1].type");
+  expect_false(seq[1], "add_prefix_space", "pre_tokenizer.pretokenizers[1]");
+  expect_false(seq[1], "use_regex", "pre_tokenizer.pretokenizers[1]");
+  if (doc.contains("decoder") && !doc["decoder"].is_null())
+    expect_str(expect(doc["decoder"], "type", "decoder"), "ByteLevel", "decoder.type");
+
+  const json& model = expect(doc, "model", "model");
+  expect_str(expect(model, "type", "model"), "BPE", "model.type");
+  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0.0)
+    fail("model.dropout", "must be null, got " + model["dropout"].dump());
+  expect_false(model, "byte_fallback", "model");
+  expect_false(model, "ignore_merges", "model");
+  expect_empty(model, "continuing_subword_prefix", "model");
+  expect_empty(model, "end_of_word_suffix", "model");
+
+  // Vocabulary: byte-level strings -> raw bytes.
+  const std::array<char32_t, 256> alphabet = byte_level_alphabet();
+  std::array<int, 512> byte_of_cp;
+  byte_of_cp.fill(-1);
+  for (int b = 0; b < 256; ++b) byte_of_cp[alphabet[size_t(b)]] = b;
+  const json& vocab = expect(model, "vocab", "model");
+  if (!vocab.is_object() || vocab.empty()) fail("model.vocab", "must be a non-empty object");
+  std::vector<std::string> bytes;
+  std::vector<bool> seen;
+  auto assign = [&](int64_t id, std::string b, const std::string& where) {
+    if (id < 0 || id > 100'000'000) fail(where, "id " + std::to_string(id) + " out of range");
+    if (size_t(id) >= bytes.size()) { bytes.resize(size_t(id) + 1); seen.resize(size_t(id) + 1, false); }
+    if (seen[size_t(id)]) fail(where, "id " + std::to_string(id) + " is used twice");
+    seen[size_t(id)] = true;
+    bytes[size_t(id)] = std::move(b);
+  };
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    const std::string& s = it.key();
+    if (!it.value().is_number_integer()) fail("model.vocab[" + json(s).dump() + "]", "id must be an integer");
+    std::string raw;
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    for (size_t i = 0; i < s.size();) {
+      char32_t cp;
+      i += size_t(decode_utf8(p + i, cp));
+      if (cp >= byte_of_cp.size() || byte_of_cp[cp] < 0)
+        fail("model.vocab[" + json(s).dump() + "]", "character outside the byte-level alphabet");
+      raw.push_back(char(byte_of_cp[cp]));
+    }
+    assign(it.value().get<int64_t>(), std::move(raw), "model.vocab[" + json(s).dump() + "]");
+  }
+  const size_t num_bpe = bytes.size();
+  for (size_t id = 0; id < num_bpe; ++id)
+    if (!seen[id]) fail("model.vocab", "ids are not contiguous: " + std::to_string(id) + " is missing");
+
+  // Added tokens: matched in the raw text before anything else.
+  const json& added = expect(doc, "added_tokens", "added_tokens");
+  for (size_t k = 0; k < added.size(); ++k) {
+    const std::string where = "added_tokens[" + std::to_string(k) + "]";
+    const json& a = added[k];
+    const std::string content = expect(a, "content", where).get<std::string>();
+    const int64_t id = expect(a, "id", where).get<int64_t>();
+    for (const char* key : {"lstrip", "rstrip", "single_word", "normalized"}) expect_false(a, key, where);
+    if (content.empty()) fail(where, "empty content");
+    if (size_t(id) < num_bpe) {
+      if (bytes[size_t(id)] != content) fail(where, "id " + std::to_string(id) + " already names another token");
+    } else {
+      assign(id, content, where);
+    }
+    added_.push_back({content, int32_t(id)});
+  }
+  for (size_t id = 0; id < bytes.size(); ++id)
+    if (!seen[id]) fail("added_tokens", "ids are not contiguous: " + std::to_string(id) + " is missing");
+  std::vector<int32_t> order(added_.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = int32_t(k);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return added_[size_t(a)].text.size() > added_[size_t(b)].text.size(); });
+  for (int32_t k : order) added_by_first_byte_[uint8_t(added_[size_t(k)].text[0])].push_back(k);
+  for (const Added& a : added_)
+    if (a.text == "<|endoftext|>") eos_ = a.id;
+  if (eos_ < 0) fail("added_tokens", "no <|endoftext|> token (deepen's document separator)");
+
+  // Id -> bytes pool, classes, fingerprint.
+  offsets_.reserve(bytes.size() + 1);
+  offsets_.push_back(0);
+  uint64_t fp = hash64("qwen3-bpe");
+  for (size_t id = 0; id < bytes.size(); ++id) {
+    pool_ += bytes[id];
+    offsets_.push_back(uint32_t(pool_.size()));
+    fp = mix64(fp ^ hash64(bytes[id], id));
+  }
+  classes_.resize(bytes.size());
+  for (size_t id = 0; id < bytes.size(); ++id)
+    classes_[id] = id >= num_bpe ? TokenClass::kSpecial
+                   : is_structural_text(bytes[id]) ? TokenClass::kStructural
+                                                   : TokenClass::kContent;
+  for (const Added& a : added_) classes_[size_t(a.id)] = TokenClass::kSpecial;
+
+  // Word table over the BPE entries.
+  size_t cap = 1024;
+  while (cap < 2 * num_bpe) cap <<= 1;
+  word_ids_.assign(cap, -1);
+  word_hashes_.assign(cap, 0);
+  word_mask_ = cap - 1;
+  for (size_t id = 0; id < num_bpe; ++id) {
+    const uint64_t h = hash64(bytes[id]);
+    size_t i = h & word_mask_;
+    while (word_ids_[i] >= 0) i = (i + 1) & word_mask_;
+    word_ids_[i] = int32_t(id);
+    word_hashes_[i] = h;
+  }
+  byte_ids_.fill(-1);
+  for (int b = 0; b < 256; ++b) {
+    const int32_t id = find_word(std::string(1, char(b)));
+    if (id < 0) fail("model.vocab", "byte " + std::to_string(b) + " has no token (byte-level BPE needs all 256)");
+    byte_ids_[size_t(b)] = id;
+  }
+
+  // Merges: rank = position in the list.
+  const json& merges = expect(model, "merges", "model");
+  if (!merges.is_array()) fail("model.merges", "must be an array");
+  merges_.init(merges.size());
+  auto to_raw = [&](const std::string& s, const std::string& where) {
+    std::string raw;
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    for (size_t i = 0; i < s.size();) {
+      char32_t cp;
+      i += size_t(decode_utf8(p + i, cp));
+      if (cp >= byte_of_cp.size() || byte_of_cp[cp] < 0) fail(where, "character outside the byte-level alphabet");
+      raw.push_back(char(byte_of_cp[cp]));
+    }
+    return raw;
+  };
+  for (size_t r = 0; r < merges.size(); ++r) {
+    const std::string where = "model.merges[" + std::to_string(r) + "]";
+    const json& m = merges[r];
+    std::string a, b;
+    if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      a = m[0].get<std::string>();
+      b = m[1].get<std::string>();
+    } else if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const size_t sp = s.find(' ');
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) fail(where, "expected \"left right\"");
+      a = s.substr(0, sp);
+      b = s.substr(sp + 1);
+    } else {
+      fail(where, "expected [left, right]");
+    }
+    const std::string ra = to_raw(a, where), rb = to_raw(b, where);
+    const int32_t ia = find_word(ra), ib = find_word(rb), im = find_word(ra + rb);
+    if (ia < 0 || ib < 0) fail(where, "merges a token that is not in the vocabulary");
+    if (im < 0) fail(where, "its result is not in the vocabulary");
+    merges_.insert(ia, ib, (uint64_t(r) << 32) | uint32_t(im));
+  }
+  whole_ = std::make_unique<std::atomic<uint8_t>[]>(num_bpe);
+  for (size_t id = 0; id < num_bpe; ++id) whole_[id].store(0, std::memory_order_relaxed);
+  fingerprint_ = mix64(fp ^ hash64(merges.dump()));
+}
+
+void Qwen3Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {
+  std::string repaired;
+  if (!is_valid_utf8(text)) {
+    repaired = repair_utf8(text);
+    text = repaired;
+  }
+  Work w;
+  out.reserve(out.size() + text.size() / 3);
+  // Added tokens first, leftmost-longest (all of Qwen's start with '<').
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  size_t seg = 0;
+  for (size_t i = 0; i < text.size();) {
+    const auto& cands = added_by_first_byte_[p[i]];
+    bool matched = false;
+    for (int32_t k : cands) {
+      const std::string& t = added_[size_t(k)].text;
+      if (text.compare(i, t.size(), t) == 0) {
+        encode_segment(text.substr(seg, i - seg), out, w);
+        out.push_back(added_[size_t(k)].id);
+        i += t.size();
+        seg = i;
+        matched = true;
+        break;
+      }
+    }
+    if (!matched) ++i;
+  }
+  encode_segment(text.substr(seg), out, w);
+}
+
+void Qwen3Tokenizer::encode_segment(std::string_view s, std::vector<int32_t>& out, Work& w) const {
+  if (s.empty()) return;
+  bool ascii = true;
+  for (unsigned char c : s) {
+    if (c >= 0x80) { ascii = false; break; }
+  }
+  if (!ascii) {
+    w.normalized.clear();
+    append_nfc(s, w.normalized);
+    s = w.normalized;
+  }
+  w.pieces.clear();
+  split_qwen3(s, w.pieces, w.scratch);
+  for (const Piece& pc : w.pieces) encode_word(s.substr(pc.begin, pc.end - pc.begin), out, w);
+}
+
+void Qwen3Tokenizer::encode_word(std::string_view word, std::vector<int32_t>& out, Work& w) const {
+  if (word.size() == 1) {
+    out.push_back(byte_ids_[uint8_t(word[0])]);
+    return;
+  }
+  const int32_t id = find_word(word);
+  if (id >= 0) {
+    const uint8_t state = whole_[size_t(id)].load(std::memory_order_relaxed);
+    if (state == 1) {
+      out.push_back(id);
+      return;
+    }
+    if (state == 0) {
+      const size_t before = out.size();
+      merge_scan(word, out, w);
+      const bool whole = out.size() == before + 1 && out.back() == id;
+      whole_[size_t(id)].store(whole ? 1 : 2, std::memory_order_relaxed);
+      return;
+    }
+  }
+  if (word.size() > kHeapThreshold) merge_heap(word, out);
+  else merge_scan(word, out, w);
+}
+
+// Short words: pairs[k] = rank<<32 | merged id of (syms[k], syms[k+1]); the smallest value is the
+// lowest rank, and the first occurrence of it the leftmost such pair, as in `tokenizers`.
+void Qwen3Tokenizer::merge_scan(std::string_view word, std::vector<int32_t>& out, Work& w) const {
+  if (word.size() > kHeapThreshold) {
+    merge_heap(word, out);
+    return;
+  }
+  auto& syms = w.syms;
+  auto& pairs = w.pairs;
+  size_t m = word.size();
+  syms.resize(m);
+  for (size_t k = 0; k < m; ++k) syms[k] = byte_ids_[uint8_t(word[k])];
+  pairs.resize(m);
+  for (size_t k = 0; k + 1 < m; ++k) pairs[k] = merges_.get(syms[k], syms[k + 1]);
+  while (m > 1) {
+    size_t best = 0;
+    for (size_t k = 1; k + 1 < m; ++k)
+      if (pairs[k] < pairs[best]) best = k;
+    if (pairs[best] == kNoMerge) break;
+    syms[best] = int32_t(uint32_t(pairs[best]));
+    std::copy(syms.begin() + long(best) + 2, syms.begin() + long(m), syms.begin() + long(best) + 1);
+    std::copy(pairs.begin() + long(best) + 1, pairs.begin() + long(m) - 1, pairs.begin() + long(best));
+    --m;
+    if (best > 0) pairs[best - 1] = merges_.get(syms[best - 1], syms[best]);
+    if (best + 1 < m) pairs[best] = merges_.get(syms[best], syms[best + 1]);
+  }
+  out.insert(out.end(), syms.begin(), syms.begin() + long(m));
+}
+
+// Long words: the `tokenizers` algorithm: a min-heap of (rank, position) over a linked list of
+// symbols; stale entries are skipped when popped.
+void Qwen3Tokenizer::merge_heap(std::string_view word, std::vector<int32_t>& out) const {
+  const size_t n = word.size();
+  std::vector<int32_t> id(n), prev(n), next(n);
+  std::vector<bool> alive(n, true);
+  for (size_t k = 0; k < n; ++k) {
+    id[k] = byte_ids_[uint8_t(word[k])];
+    prev[k] = int32_t(k) - 1;
+    next[k] = k + 1 < n ? int32_t(k + 1) : -1;
+  }
+  struct Entry {
+    uint64_t rank_pos;  // rank << 32 | position: smallest first
+    int32_t merged;
+    bool operator>(const Entry& o) const { return rank_pos > o.rank_pos; }
+  };
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+  auto push = [&](int32_t pos) {
+    const int32_t nx = next[size_t(pos)];
+    if (nx < 0) return;
+    const uint64_t v = merges_.get(id[size_t(pos)], id[size_t(nx)]);
+    if (v != kNoMerge) heap.push({(v & ~uint64_t(0xFFFFFFFF)) | uint32_t(pos), int32_t(uint32_t(v))});
+  };
+  for (size_t k = 0; k + 1 < n; ++k) push(int32_t(k));
+  while (!heap.empty()) {
+    const Entry e = heap.top();
+    heap.pop();
+    const int32_t pos = int32_t(uint32_t(e.rank_pos));
+    if (!alive[size_t(pos)]) continue;
+    const int32_t nx = next[size_t(pos)];
+    if (nx < 0) continue;
+    const uint64_t v = merges_.get(id[size_t(pos)], id[size_t(nx)]);
+    if (v == kNoMerge || int32_t(uint32_t(v)) != e.merged || (v >> 32) != (e.rank_pos >> 32)) continue;
+    id[size_t(pos)] = e.merged;
+    alive[size_t(nx)] = false;
+    next[size_t(pos)] = next[size_t(nx)];
+    if (next[size_t(pos)] >= 0) prev[size_t(next[size_t(pos)])] = pos;
+    if (prev[size_t(pos)] >= 0) push(prev[size_t(pos)]);
+    push(pos);
+  }
+  for (int32_t k = 0; k >= 0; k = next[size_t(k)]) out.push_back(id[size_t(k)]);
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_qwen3_tokenizer(const std::string& path) {
+  return std::make_unique<Qwen3Tokenizer>(path);
+}
+
+}  // namespace deepen
