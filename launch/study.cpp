@@ -1,0 +1,597 @@
+// Study expansion, ordering, local execution and Slurm scripts (see study.h).
+#include "launch/study.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "curriculum/growth_schedule.h"
+#include "launch/input_error.h"
+
+namespace deepen {
+namespace fs = std::filesystem;
+namespace {
+
+const std::string kBudgetPrefix = "active_layer_tokens:";
+
+// Reads [study] / [[run]] keys with errors naming file and key.
+class TableReader {
+ public:
+  TableReader(const toml::table& table, std::string source, std::string where)
+      : table_(table), source_(std::move(source)), where_(std::move(where)) {}
+
+  void string(const char* key, std::string& out) {
+    known_.insert(key);
+    if (const toml::node* n = table_.get(key)) {
+      if (!n->is_string()) fail(key, "expected a string");
+      out = n->as_string()->get();
+    }
+  }
+  void strings(const char* key, std::vector<std::string>& out) {
+    known_.insert(key);
+    if (const toml::node* n = table_.get(key)) {
+      const toml::array* a = n->as_array();
+      if (!a) fail(key, "expected an array of strings");
+      out.clear();
+      for (const auto& item : *a) {
+        if (!item.is_string()) fail(key, "expected an array of strings");
+        out.push_back(item.as_string()->get());
+      }
+    }
+  }
+  void integers(const char* key, std::vector<int64_t>& out) {
+    known_.insert(key);
+    if (const toml::node* n = table_.get(key)) {
+      const toml::array* a = n->as_array();
+      if (!a) fail(key, "expected an array of integers");
+      out.clear();
+      for (const auto& item : *a) {
+        if (!item.is_integer()) fail(key, "expected an array of integers");
+        out.push_back(item.as_integer()->get());
+      }
+    }
+  }
+  void reject_unknown() const {
+    for (const auto& [k, v] : table_) {
+      if (!known_.count(std::string(k.str()))) {
+        std::string list;
+        for (const auto& key : known_) list += " " + key;
+        fail(std::string(k.str()), "unknown key (known keys:" + list + ")");
+      }
+    }
+  }
+  [[noreturn]] void fail(const std::string& key, const std::string& why) const {
+    throw InputError(source_ + ": " + where_ + "." + key + ": " + why);
+  }
+
+ private:
+  const toml::table& table_;
+  std::string source_;
+  std::string where_;
+  std::set<std::string> known_;
+};
+
+bool valid_run_name(const std::string& name) {
+  if (name.empty() || name == "." || name == "..") return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+}
+
+std::string toml_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string join_path(const std::string& a, const std::string& b) { return (fs::path(a) / b).string(); }
+
+std::string normalized(const std::string& path) {
+  return fs::weakly_canonical(fs::absolute(path)).lexically_normal().string();
+}
+
+// The stable topological order: repeatedly take the earliest job (in expansion order) whose
+// dependencies are all placed. O(n²), fine for the dozens of jobs a study has.
+std::vector<size_t> stable_topological_order(const std::vector<std::vector<size_t>>& deps,
+                                             const std::vector<std::string>& names, const std::string& source) {
+  const size_t n = deps.size();
+  std::vector<bool> placed(n, false);
+  std::vector<size_t> order;
+  while (order.size() < n) {
+    bool progress = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (placed[i]) continue;
+      const bool ready = std::all_of(deps[i].begin(), deps[i].end(), [&](size_t d) { return placed[d]; });
+      if (!ready) continue;
+      placed[i] = true;
+      order.push_back(i);
+      progress = true;
+      break;
+    }
+    if (!progress) {
+      std::string cycle;
+      for (size_t i = 0; i < n; ++i)
+        if (!placed[i]) cycle += (cycle.empty() ? "" : ", ") + names[i];
+      throw InputError(source + ": budget references form a cycle among " + cycle);
+    }
+  }
+  return order;
+}
+
+std::string layout_text(const Config& c) {
+  const auto& p = c.parallel;
+  return std::to_string(p.teacher_pipelines) + "x" + std::to_string(p.teacher_stages) + "+" +
+         std::to_string(p.students);
+}
+
+std::string curriculum_text(const Config& c) {
+  const auto& cur = c.curriculum;
+  std::string s = c.student.norm + "-norm " + cur.mode;
+  if (cur.freeze_prefix) s += " freeze";
+  s += " [";
+  for (size_t i = 0; i < cur.stages.size(); ++i) s += (i ? "," : "") + std::to_string(cur.stages[i]);
+  s += "]";
+  if (!cur.budget.empty()) s += " budget=matched";
+  return s;
+}
+
+}  // namespace
+
+StudySpec parse_study(const std::string& toml_text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    throw InputError(source + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) +
+                     ": malformed TOML: " + std::string(e.description()));
+  }
+  for (const auto& [k, v] : root) {
+    const std::string key(k.str());
+    if (key != "study" && key != "run")
+      throw InputError(source + ": [" + key + "]: unknown section (a study file has [study] and [[run]])");
+  }
+  StudySpec spec;
+  spec.source = source;
+  const toml::table* study = root["study"].as_table();
+  if (!study) throw InputError(source + ": [study]: missing (name, base, out_dir, seeds, ...)");
+  TableReader r(*study, source, "study");
+  r.string("name", spec.name);
+  std::string base;
+  r.string("base", base);
+  r.string("out_dir", spec.out_dir);
+  r.integers("seeds", spec.seeds);
+  r.string("command", spec.command);
+  r.string("launcher", spec.launcher);
+  r.strings("set", spec.sets);
+  r.reject_unknown();
+  if (base.empty()) r.fail("base", "required: the base config, relative to the study file");
+  spec.base = fs::path(base).is_absolute() ? base : (fs::path(source).parent_path() / base).lexically_normal().string();
+  if (spec.out_dir.empty()) r.fail("out_dir", "must not be empty");
+  if (spec.seeds.empty()) r.fail("seeds", "needs at least one seed");
+  if (std::set<int64_t>(spec.seeds.begin(), spec.seeds.end()).size() != spec.seeds.size())
+    r.fail("seeds", "seeds must be distinct");
+  if (spec.command != "train" && spec.command != "pretrain")
+    r.fail("command", "must be \"train\" or \"pretrain\", got \"" + spec.command + "\"");
+  if (spec.launcher != "auto" && spec.launcher != "mpirun" && spec.launcher != "direct")
+    r.fail("launcher", "must be \"auto\", \"mpirun\" or \"direct\", got \"" + spec.launcher + "\"");
+
+  const toml::array* runs = root["run"].as_array();
+  if (!runs || runs->empty()) throw InputError(source + ": [[run]]: a study needs at least one run");
+  std::set<std::string> names;
+  for (size_t i = 0; i < runs->size(); ++i) {
+    const toml::table* t = (*runs)[i].as_table();
+    if (!t) throw InputError(source + ": run[" + std::to_string(i) + "]: expected a [[run]] table");
+    StudyRunSpec run;
+    TableReader rr(*t, source, "run[" + std::to_string(i) + "]");
+    rr.string("name", run.name);
+    rr.strings("set", run.sets);
+    rr.integers("seeds", run.seeds);
+    rr.reject_unknown();
+    if (!valid_run_name(run.name))
+      rr.fail("name", "must be a folder name of letters, digits, '-', '_' or '.', got \"" + run.name + "\"");
+    if (!names.insert(run.name).second) rr.fail("name", "duplicate run name \"" + run.name + "\"");
+    spec.runs.push_back(std::move(run));
+  }
+  return spec;
+}
+
+StudySpec load_study(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot read study file");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_study(text.str(), path);
+}
+
+StudyPlan expand_study(const StudySpec& spec, const std::vector<std::string>& extra_sets,
+                       const std::vector<std::string>& only) {
+  std::set<std::string> run_names;
+  for (const auto& r : spec.runs) run_names.insert(r.name);
+  for (const auto& o : only)
+    if (!run_names.count(o)) throw InputError(spec.source + ": --only " + o + ": no such run in the study");
+  if (!fs::exists(spec.base)) throw InputError(spec.source + ": study.base: " + spec.base + ": no such file");
+
+  // Expansion order: seed by seed, runs in file order.
+  std::vector<int64_t> all_seeds = spec.seeds;
+  for (const auto& r : spec.runs)
+    for (int64_t s : r.seeds)
+      if (std::find(all_seeds.begin(), all_seeds.end(), s) == all_seeds.end()) all_seeds.push_back(s);
+  std::vector<StudyJob> jobs;
+  std::map<std::pair<std::string, int64_t>, size_t> index;
+  for (int64_t seed : all_seeds) {
+    for (const auto& r : spec.runs) {
+      const auto& seeds = r.seeds.empty() ? spec.seeds : r.seeds;
+      if (std::find(seeds.begin(), seeds.end(), seed) == seeds.end()) continue;
+      StudyJob job;
+      job.run = r.name;
+      job.seed = seed;
+      job.out_dir = join_path(join_path(spec.out_dir, r.name), "seed" + std::to_string(seed));
+      job.overrides = spec.sets;
+      job.overrides.insert(job.overrides.end(), r.sets.begin(), r.sets.end());
+      job.overrides.insert(job.overrides.end(), extra_sets.begin(), extra_sets.end());
+      job.overrides.push_back("run.name=" + toml_string(r.name));
+      job.overrides.push_back("run.out_dir=" + toml_string(job.out_dir));
+      job.overrides.push_back("run.seed=" + std::to_string(seed));
+      index[{r.name, seed}] = jobs.size();
+      jobs.push_back(std::move(job));
+    }
+  }
+
+  // Resolve configs and budget references.
+  std::map<std::string, size_t> by_dir;
+  for (size_t i = 0; i < jobs.size(); ++i) by_dir[normalized(jobs[i].out_dir)] = i;
+  std::vector<std::vector<size_t>> deps(jobs.size());
+  std::vector<std::string> names;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    StudyJob& job = jobs[i];
+    names.push_back(job.id());
+    try {
+      job.config = load_config(spec.base, job.overrides);
+    } catch (const InputError& e) {
+      throw InputError(std::string(e.what()) + " (study " + spec.source + ", run " + job.id() + ")");
+    }
+    const std::string& budget = job.config.curriculum.budget;
+    if (budget.rfind(kBudgetPrefix, 0) == 0) {
+      const std::string target = budget.substr(kBudgetPrefix.size());
+      std::optional<size_t> dep;
+      if (run_names.count(target)) {
+        auto it = index.find({target, job.seed});
+        if (it == index.end())
+          throw InputError(spec.source + ": run " + job.id() + ": curriculum.budget names run \"" + target +
+                           "\", which has no seed " + std::to_string(job.seed));
+        dep = it->second;
+        // The run's own budget override (the last one given) now names the folder.
+        const std::string resolved = "curriculum.budget=" + toml_string(kBudgetPrefix + jobs[*dep].out_dir);
+        auto last = std::find_if(job.overrides.rbegin(), job.overrides.rend(),
+                                 [](const std::string& o) { return o.rfind("curriculum.budget", 0) == 0; });
+        if (last != job.overrides.rend()) {
+          *last = resolved;
+        } else {
+          job.overrides.push_back(resolved);  // the base config named the run
+        }
+        job.config = load_config(spec.base, job.overrides);
+      } else if (auto it = by_dir.find(normalized(target)); it != by_dir.end()) {
+        dep = it->second;
+      }
+      if (dep) {
+        if (*dep == i) throw InputError(spec.source + ": run " + job.id() + ": curriculum.budget names the run itself");
+        deps[i].push_back(*dep);
+      }
+    }
+    const auto& p = job.config.parallel;
+    job.world_size = p.teacher_pipelines * p.teacher_stages + p.students;
+  }
+
+  const std::vector<size_t> order = stable_topological_order(deps, names, spec.source);
+  std::vector<size_t> position(jobs.size());
+  for (size_t k = 0; k < order.size(); ++k) position[order[k]] = k;
+  StudyPlan plan;
+  plan.spec = spec;
+  for (size_t k = 0; k < order.size(); ++k) {
+    StudyJob job = jobs[order[k]];
+    job.depends_on.clear();
+    for (size_t d : deps[order[k]]) job.depends_on.push_back(position[d]);
+    plan.jobs.push_back(std::move(job));
+  }
+  if (!only.empty()) {
+    // Keep the selected runs; renumber dependencies, dropping the ones outside the selection
+    // (run_study checks those have finished).
+    std::vector<long> new_index(plan.jobs.size(), -1);
+    std::vector<StudyJob> kept;
+    for (size_t k = 0; k < plan.jobs.size(); ++k) {
+      if (std::find(only.begin(), only.end(), plan.jobs[k].run) == only.end()) continue;
+      new_index[k] = static_cast<long>(kept.size());
+      kept.push_back(plan.jobs[k]);
+    }
+    for (auto& job : kept) {
+      std::vector<size_t> d;
+      for (size_t old : job.depends_on)
+        if (new_index[old] >= 0) d.push_back(static_cast<size_t>(new_index[old]));
+      job.depends_on = d;
+    }
+    plan.jobs = std::move(kept);
+  }
+  return plan;
+}
+
+JobState job_state(const std::string& out_dir) {
+  const std::string record = active_layer_tokens_path(out_dir);
+  if (fs::exists(record)) {
+    std::ifstream in(record);
+    try {
+      const auto j = nlohmann::json::parse(in);
+      if (j.value("complete", false)) return JobState::kFinished;
+    } catch (const nlohmann::json::exception&) {
+      // A torn record: the trainer rewrites it; the run resumes from its checkpoint.
+    }
+    return JobState::kPartial;
+  }
+  const fs::path ckpt = fs::path(out_dir) / "checkpoints";
+  if (fs::is_directory(ckpt) && !fs::is_empty(ckpt)) return JobState::kPartial;
+  return JobState::kNew;
+}
+
+const char* to_string(JobState s) {
+  switch (s) {
+    case JobState::kNew: return "new";
+    case JobState::kPartial: return "partial (resumes)";
+    case JobState::kFinished: return "finished (skipped)";
+  }
+  return "?";
+}
+
+bool use_mpirun(const std::string& launcher, int64_t world_size, bool mpirun_available) {
+  if (launcher == "direct") return false;
+  if (launcher == "mpirun") {
+    if (!mpirun_available) throw InputError("study.launcher = \"mpirun\", but no mpirun in PATH");
+    return true;
+  }
+  return world_size > 2 && mpirun_available;
+}
+
+int64_t job_tasks(const StudyPlan& plan, const StudyJob& job) {
+  return use_mpirun(plan.spec.launcher, job.world_size, true) ? job.world_size : 1;
+}
+
+ProcessSpec job_process(const StudyPlan& plan, const StudyJob& job, const LaunchContext& ctx) {
+  ProcessSpec p;
+  if (use_mpirun(plan.spec.launcher, job.world_size, !ctx.mpirun.empty())) {
+    p.argv = {ctx.mpirun, "--oversubscribe", "-np", std::to_string(job.world_size)};
+    if (ctx.is_root) {
+      p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT", "1");
+      p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    }
+  }
+  p.argv.push_back(ctx.deepen_exe);
+  p.argv.push_back(plan.spec.command);
+  p.argv.push_back(plan.spec.base);
+  for (const auto& o : job.overrides) {
+    p.argv.push_back("--set");
+    p.argv.push_back(o);
+  }
+  if (ctx.quiet) p.argv.push_back("--quiet");
+  return p;
+}
+
+std::string describe_plan(const StudyPlan& plan, const LaunchContext& ctx) {
+  std::ostringstream out;
+  const auto& s = plan.spec;
+  out << "study " << s.name << " (" << s.source << ")\n"
+      << "  base config: " << s.base << "\n"
+      << "  runs: " << s.runs.size() << ", seeds:";
+  for (int64_t seed : s.seeds) out << " " << seed;
+  out << ", jobs: " << plan.jobs.size() << ", output: " << s.out_dir << "\n"
+      << "  order (layout = teacher pipelines x stages + students):\n";
+  for (size_t k = 0; k < plan.jobs.size(); ++k) {
+    const StudyJob& j = plan.jobs[k];
+    const bool mpi = use_mpirun(s.launcher, j.world_size, !ctx.mpirun.empty());
+    out << "  " << (k + 1) << ". " << j.id() << "  " << curriculum_text(j.config) << ", layout "
+        << layout_text(j.config) << " = " << j.world_size << " ranks, "
+        << (mpi ? "mpirun -np " + std::to_string(j.world_size) : std::string("one process")) << ", "
+        << to_string(job_state(j.out_dir));
+    if (!j.depends_on.empty()) {
+      out << ", after";
+      for (size_t d : j.depends_on) out << " " << plan.jobs[d].id();
+    }
+    out << "\n     -> " << j.out_dir << "\n";
+  }
+  return out.str();
+}
+
+int run_study(const StudyPlan& plan, const LaunchContext& ctx) {
+  // Dependencies outside an --only selection must already have finished.
+  for (const auto& job : plan.jobs) {
+    const std::string& budget = job.config.curriculum.budget;
+    if (budget.rfind(kBudgetPrefix, 0) != 0) continue;
+    const std::string dir = budget.substr(kBudgetPrefix.size());
+    const bool in_plan = std::any_of(plan.jobs.begin(), plan.jobs.end(),
+                                     [&](const StudyJob& j) { return normalized(j.out_dir) == normalized(dir); });
+    if (!in_plan && job_state(dir) != JobState::kFinished)
+      throw InputError(plan.spec.source + ": run " + job.id() + " takes its budget from " + dir +
+                       ", which has not finished and is not part of this invocation (drop --only or add that run)");
+  }
+  enum class Outcome { kPending, kDone, kFailed, kBadInput, kBlocked };
+  std::vector<Outcome> outcome(plan.jobs.size(), Outcome::kPending);
+  int ran = 0;
+  for (size_t k = 0; k < plan.jobs.size(); ++k) {
+    const StudyJob& job = plan.jobs[k];
+    const std::string tag = "[" + std::to_string(k + 1) + "/" + std::to_string(plan.jobs.size()) + "] " + job.id();
+    if (job_state(job.out_dir) == JobState::kFinished) {
+      std::cout << "study: " << tag << ": finished earlier, not rerun (" << job.out_dir << ")\n" << std::flush;
+      outcome[k] = Outcome::kDone;
+      continue;
+    }
+    const bool blocked = std::any_of(job.depends_on.begin(), job.depends_on.end(),
+                                     [&](size_t d) { return outcome[d] != Outcome::kDone; });
+    if (blocked) {
+      std::cout << "study: " << tag << ": skipped, a run it depends on did not finish\n" << std::flush;
+      outcome[k] = Outcome::kBlocked;
+      continue;
+    }
+    const ProcessSpec p = job_process(plan, job, ctx);
+    const bool resuming = job_state(job.out_dir) == JobState::kPartial;
+    std::cout << "study: " << tag << ": " << (resuming ? "resuming" : "starting") << "\n  " << shell_join(p.argv)
+              << "\n" << std::flush;
+    ++ran;
+    const int rc = run_process(p);
+    if (rc == kExitOk) {
+      outcome[k] = Outcome::kDone;
+      std::cout << "study: " << tag << ": finished\n" << std::flush;
+    } else if (rc == kExitRequeue) {
+      std::cout << "study: " << tag << ": stopped with a checkpoint (exit 3); run the study again to resume\n"
+                << std::flush;
+      return kExitRequeue;
+    } else if (rc == kExitBadInput) {
+      outcome[k] = Outcome::kBadInput;
+      std::cerr << "study: " << tag << ": bad input (exit 2), see the messages above\n";
+    } else {
+      outcome[k] = Outcome::kFailed;
+      std::cerr << "study: " << tag << ": failed (exit " << rc << ")\n";
+    }
+  }
+  int done = 0;
+  bool bad_input = false;
+  bool failed = false;
+  for (Outcome o : outcome) {
+    done += o == Outcome::kDone;
+    bad_input |= o == Outcome::kBadInput;
+    failed |= o == Outcome::kFailed || o == Outcome::kBlocked;
+  }
+  std::cout << "study: " << done << "/" << plan.jobs.size() << " runs finished (" << ran << " run now)\n";
+  if (failed) return kExitFailure;
+  if (bad_input) return kExitBadInput;
+  return kExitOk;
+}
+
+// ---- Slurm ---------------------------------------------------------------------------------------
+
+SlurmScripts slurm_scripts(const StudyPlan& plan, const SlurmOptions& o, const std::string& dir) {
+  if (o.gpus_per_node < 1) throw InputError("--gpus-per-node: must be >= 1");
+  const std::string abs_dir = fs::absolute(dir).lexically_normal().string();
+  SlurmScripts s;
+
+  std::ostringstream jobs;
+  jobs << "# Study " << plan.spec.name << " (" << plan.spec.source << "): the arguments of each array index.\n"
+       << "# Written by `deepen study --slurm`; sourced by task.sbatch.\n"
+       << "job_args() {\n  case \"$1\" in\n";
+  for (size_t k = 0; k < plan.jobs.size(); ++k) {
+    const StudyJob& j = plan.jobs[k];
+    std::vector<std::string> args = {plan.spec.command, fs::absolute(plan.spec.base).lexically_normal().string()};
+    for (const auto& ov : j.overrides) {
+      args.push_back("--set");
+      args.push_back(ov);
+    }
+    args.push_back("--quiet");
+    jobs << "    " << k << ")  # " << j.id() << "\n"
+         << "      JOB_NAME=" << shell_quote(j.id()) << "\n"
+         << "      JOB_DIR=" << shell_quote(j.out_dir) << "\n"
+         << "      ARGS=(" << shell_join(args) << ") ;;\n";
+  }
+  jobs << "    *) echo \"no study job with index $1\" >&2; return 2 ;;\n  esac\n}\n";
+  s.jobs_sh = jobs.str();
+
+  std::ostringstream task;
+  task << "#!/bin/bash\n"
+       << "# One run of study " << plan.spec.name << " per array index (see jobs.sh); resources come from submit.sh.\n"
+       << "#SBATCH --job-name=" << plan.spec.name << "\n"
+       << "#SBATCH --output=" << abs_dir << "/logs/%A_%a.out\n"
+       << "#SBATCH --open-mode=append\n"
+       << "#SBATCH --requeue\n"
+       << "#SBATCH --time=" << o.time << "\n"
+       << "#SBATCH --signal=USR1@" << o.signal_lead_s << "\n";
+  if (!o.partition.empty()) task << "#SBATCH --partition=" << o.partition << "\n";
+  if (!o.account.empty()) task << "#SBATCH --account=" << o.account << "\n";
+  task << "set -uo pipefail\n"
+       << "DEEPEN=${DEEPEN_BIN:-" << shell_quote(o.deepen_exe) << "}\n"
+       << "cd " << shell_quote(o.workdir) << "\n"
+       << "source " << shell_quote(abs_dir + "/jobs.sh") << "\n"
+       << "job_args \"${SLURM_ARRAY_TASK_ID:?run me with sbatch --array}\" || exit 2\n"
+       << "# A finished run is never rerun (the record is written when its whole schedule is done).\n"
+       << "if grep -qs '\"complete\": *true' \"$JOB_DIR/active_layer_tokens.json\"; then\n"
+       << "  echo \"$JOB_NAME: finished earlier, nothing to do\"; exit 0\nfi\n"
+       << "echo \"$JOB_NAME: $(date -Is) on $SLURM_JOB_NUM_NODES node(s), $SLURM_NTASKS task(s)\"\n"
+       << "# Slurm sends SIGUSR1 to every rank before the time limit: deepen checkpoints and exits 3.\n"
+       << "srun --kill-on-bad-exit=1 \"$DEEPEN\" \"${ARGS[@]}\"\n"
+       << "rc=$?\n"
+       << "if [ \"$rc\" -eq 3 ]; then\n"
+       << "  echo \"$JOB_NAME: stopped with a checkpoint, requeueing\"\n"
+       << "  scontrol requeue \"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}\"\n"
+       << "  exit 0\nfi\n"
+       << "exit \"$rc\"\n";
+  s.task_sbatch = task.str();
+
+  // submit.sh: group independent jobs by their task count into arrays; each dependent job is its own
+  // submission depending on exactly the array elements it needs.
+  std::ostringstream sub;
+  sub << "#!/bin/bash\n"
+      << "# Submits study " << plan.spec.name << ": " << plan.jobs.size() << " runs. Re-submitting is safe: finished runs exit at once.\n"
+      << "set -euo pipefail\n"
+      << "cd \"$(dirname \"$0\")\"\n"
+      << "submit() { local id; id=$(sbatch --parsable \"$@\" task.sbatch); echo \"${id%%;*}\"; }\n";
+  auto resources = [&](int64_t tasks) {
+    const int64_t per_node = std::min(tasks, o.gpus_per_node);
+    const int64_t nodes = (tasks + o.gpus_per_node - 1) / o.gpus_per_node;
+    return "--nodes=" + std::to_string(nodes) + " --ntasks=" + std::to_string(tasks) + " --ntasks-per-node=" +
+           std::to_string(per_node) + " --gpus-per-node=" + std::to_string(per_node);
+  };
+  std::map<int64_t, std::vector<size_t>> independent;
+  for (size_t k = 0; k < plan.jobs.size(); ++k)
+    if (plan.jobs[k].depends_on.empty()) independent[job_tasks(plan, plan.jobs[k])].push_back(k);
+  std::vector<std::string> ref(plan.jobs.size());
+  int group = 0;
+  for (const auto& [tasks, members] : independent) {
+    std::string list;
+    for (size_t k : members) list += (list.empty() ? "" : ",") + std::to_string(k);
+    const std::string var = "ARRAY" + std::to_string(group++);
+    sub << "# " << members.size() << " independent run(s) of " << tasks << " task(s)\n"
+        << var << "=$(submit --array=" << list << " " << resources(tasks) << ")\n"
+        << "echo \"submitted array $" << var << " (indices " << list << ")\"\n";
+    for (size_t k : members) ref[k] = "${" + var + "}_" + std::to_string(k);
+  }
+  for (size_t k = 0; k < plan.jobs.size(); ++k) {
+    const StudyJob& j = plan.jobs[k];
+    if (j.depends_on.empty()) continue;
+    std::string dep;
+    for (size_t d : j.depends_on) dep += (dep.empty() ? "" : ":") + ref[d];
+    const std::string var = "JOB" + std::to_string(k);
+    sub << "# " << j.id() << " waits for";
+    for (size_t d : j.depends_on) sub << " " << plan.jobs[d].id();
+    sub << "\n" << var << "=$(submit --array=" << k << " --dependency=afterok:" << dep << " "
+        << resources(job_tasks(plan, j)) << ")\n"
+        << "echo \"submitted " << j.id() << " as $" << var << "\"\n";
+    ref[k] = "${" + var + "}_" + std::to_string(k);
+  }
+  s.submit_sh = sub.str();
+  return s;
+}
+
+void write_slurm_study(const StudyPlan& plan, const SlurmOptions& options, const std::string& dir) {
+  fs::create_directories(fs::path(dir) / "logs");
+  const SlurmScripts s = slurm_scripts(plan, options, dir);
+  auto write = [&](const std::string& name, const std::string& text, bool exec) {
+    const fs::path p = fs::path(dir) / name;
+    std::ofstream out(p, std::ios::trunc);
+    out << text;
+    if (!out) throw std::runtime_error(p.string() + ": write failed");
+    out.close();
+    if (exec) fs::permissions(p, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add);
+  };
+  write("jobs.sh", s.jobs_sh, false);
+  write("task.sbatch", s.task_sbatch, true);
+  write("submit.sh", s.submit_sh, true);
+}
+
+}  // namespace deepen
