@@ -52,5 +52,48 @@ TEST(Sampler, SeedChangesTheOrder) {
   EXPECT_NE(Sampler(1, 1000, {1, 1, 8}).micro_batch(0, 0, 0), Sampler(2, 1000, {1, 1, 8}).micro_batch(0, 0, 0));
 }
 
+
+TEST(Sampler, WorkedExampleLayoutsCoverTheSameStep) {
+  // G = 8, b = 2: R=2,A=2 / R=1,A=4 / R=4,A=1 give the same micro-batches; b = 8 the same set.
+  const Sampler r2a2(5, 777, {2, 2, 2}), r1a4(5, 777, {1, 4, 2}), r4a1(5, 777, {4, 1, 2}), b8(5, 777, {1, 1, 8});
+  for (int64_t step : {0, 3, 97, 1000}) {  // 97 * 8 > 777: later epochs too
+    std::vector<int64_t> a, b, c;
+    for (int64_t r = 0; r < 2; ++r)
+      for (int64_t m = 0; m < 2; ++m) {
+        const auto mb = r2a2.micro_batch(step, r, m);
+        a.insert(a.end(), mb.begin(), mb.end());
+      }
+    for (int64_t m = 0; m < 4; ++m) {
+      const auto mb = r1a4.micro_batch(step, 0, m);
+      b.insert(b.end(), mb.begin(), mb.end());
+    }
+    for (int64_t r = 0; r < 4; ++r) {
+      const auto mb = r4a1.micro_batch(step, r, 0);
+      c.insert(c.end(), mb.begin(), mb.end());
+    }
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(a, c);
+    EXPECT_EQ(a, b8.micro_batch(step, 0, 0));
+    EXPECT_EQ(a, r2a2.step(step));
+  }
+}
+
+TEST(Sampler, IsAPureFunctionOfItsArguments) {
+  const Sampler s(9, 12345, {2, 3, 4});
+  const Sampler again(9, 12345, {2, 3, 4});
+  EXPECT_EQ(s.micro_batch(41, 1, 2), again.micro_batch(41, 1, 2));
+  EXPECT_EQ(s.at(123456), again.at(123456));
+  EXPECT_THROW(s.micro_batch(0, 2, 0), std::invalid_argument);
+  EXPECT_THROW(s.micro_batch(0, 0, 3), std::invalid_argument);
+  EXPECT_THROW(Sampler(1, 0, {1, 1, 1}), std::invalid_argument);
+}
+
+TEST(Sampler, ValidationAndDiagnosticBatchesAreFixed) {
+  EXPECT_EQ(validation_sequences(10, 4, 0), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(validation_sequences(10, 4, 2), (std::vector<int64_t>{8, 9, 0, 1}));  // wraps
+  EXPECT_EQ(diagnostic_sequences(10, 4), (std::vector<int64_t>{0, 2, 5, 7}));
+  EXPECT_EQ(diagnostic_sequences(3, 5), (std::vector<int64_t>{0, 0, 1, 1, 2}));
+}
+
 }  // namespace
 }  // namespace deepen
