@@ -524,6 +524,7 @@ void Agent::shutdown(int exit_code, const std::string& message) {
     im.silence_timer.cancel();
     im.retry_timer.cancel();
     if (im.link == Impl::Link::kReady) {
+      im.send_heartbeat();  // the coordinator's last view is the final step, not one a beat old
       im.send(Bye{exit_code, message.substr(0, kMaxStringBytes)});
     } else {
       im.finish_leaving();
