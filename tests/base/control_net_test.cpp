@@ -29,8 +29,6 @@
 #include "launch/input_error.h"
 #include "tests/base/control_test_util.h"
 
-extern char** environ;
-
 namespace deepen::control {
 namespace {
 
@@ -226,66 +224,12 @@ std::string self_exe() {
   return n > 0 ? std::string(buf, size_t(n)) : "";
 }
 
-class ChildProcess {
+// This test binary, re-executed to run only ControlChild.DISABLED_Main with `vars` set.
+class ChildProcess : public test::TestProcess {
  public:
-  ChildProcess(const std::map<std::string, std::string>& vars, const std::string& tag) {
-    const auto dir = std::filesystem::temp_directory_path() /
-                     ("deepen_control_" + std::to_string(::getpid()) + "_" + tag);
-    std::filesystem::create_directories(dir);
-    out_ = (dir / "stdout").string();
-    err_ = (dir / "stderr").string();
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) {
-      const std::string kv = *e;
-      if (!vars.count(kv.substr(0, kv.find('=')))) env.push_back(kv);
-    }
-    for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
-    std::vector<char*> envp;
-    for (auto& s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::string exe = self_exe(), filter = "--gtest_filter=ControlChild.DISABLED_Main",
-                all = "--gtest_also_run_disabled_tests";
-    char* argv[] = {exe.data(), filter.data(), all.data(), nullptr};
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (posix_spawn(&pid_, exe.c_str(), &fa, nullptr, argv, envp.data()) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&fa);
-  }
-  ~ChildProcess() {
-    if (pid_ > 0 && !exit_code_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  pid_t pid() const { return pid_; }
-  void signal(int sig) { ::kill(pid_, sig); }
-  // Exit code (128 + signal when killed), or nullopt if still running after timeout_s.
-  std::optional<int> wait_exit(double timeout_s) {
-    eventually([&] {
-      if (exit_code_) return true;
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      return exit_code_.has_value();
-    }, timeout_s);
-    return exit_code_;
-  }
-  std::string out() const { return slurp(out_); }
-  std::string err() const { return slurp(err_); }
-
- private:
-  static std::string slurp(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-  pid_t pid_ = -1;
-  std::string out_, err_;
-  std::optional<int> exit_code_;
+  ChildProcess(const std::map<std::string, std::string>& vars, const std::string& tag)
+      : TestProcess({self_exe(), "--gtest_filter=ControlChild.DISABLED_Main", "--gtest_also_run_disabled_tests"},
+                    vars, "control_" + tag) {}
 };
 
 std::map<std::string, std::string> agent_child_env(int rank, int world, const Endpoint& ep, const Secret& secret,

@@ -1,9 +1,18 @@
 // Test helpers for the control plane: a strict Prometheus text parser and bounded waiting.
 #pragma once
 
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>  // environ (g++ defines _GNU_SOURCE)
+
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <functional>
 #include <map>
 #include <set>
@@ -147,5 +156,75 @@ inline double prom_value(const std::vector<PromSample>& samples, const std::stri
   }
   return std::nan("");
 }
+
+// A child process with `argv`, this process's environment plus `vars` (an empty value unsets), and
+// stdout/stderr in files; killed (SIGKILL) and reaped on destruction if still running.
+class TestProcess {
+ public:
+  TestProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& vars,
+              const std::string& tag) {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("deepen_test_" + std::to_string(::getpid()) + "_" + tag);
+    std::filesystem::create_directories(dir);
+    out_ = (dir / "stdout").string();
+    err_ = (dir / "stderr").string();
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) {
+      const std::string kv = *e;
+      if (!vars.count(kv.substr(0, kv.find('=')))) env.push_back(kv);
+    }
+    for (const auto& [k, v] : vars) {
+      if (!v.empty()) env.push_back(k + "=" + v);
+    }
+    std::vector<char*> envp, args;
+    for (auto& s : env) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> argv_copy = argv;
+    for (auto& a : argv_copy) args.push_back(a.data());
+    args.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (posix_spawnp(&pid_, args[0], &fa, nullptr, args.data(), envp.data()) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  ~TestProcess() {
+    if (pid_ > 0 && !exit_code_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  TestProcess(const TestProcess&) = delete;
+  TestProcess& operator=(const TestProcess&) = delete;
+  pid_t pid() const { return pid_; }
+  void signal(int sig) { ::kill(pid_, sig); }
+  // Exit code (128 + signal when killed by one), or nullopt if still running after timeout_s.
+  std::optional<int> wait_exit(double timeout_s) {
+    eventually([&] {
+      if (exit_code_) return true;
+      int status = 0;
+      if (pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      return exit_code_.has_value();
+    }, timeout_s);
+    return exit_code_;
+  }
+  std::string out() const { return slurp(out_); }
+  std::string err() const { return slurp(err_); }
+  static std::string slurp(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string out_, err_;
+  std::optional<int> exit_code_;
+};
 
 }  // namespace deepen::test

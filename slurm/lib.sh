@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# deepen Slurm helpers, sourced by run.sbatch and study_array.sbatch: node list expansion, the
+# rank -> node -> role map, the per-job secret, the launch command, signal forwarding and requeue.
+#
+# Environment read (all optional unless noted):
+#   DEEPEN_DRY_RUN=1        print the rank map and the command instead of running anything; works
+#                           without Slurm given SLURM_JOB_NODELIST and SLURM_NTASKS
+#   DEEPEN_BIN              the deepen executable (default: $DEEPEN_HOME/build/deepen)
+#   DEEPEN_CMD              its subcommand (default: train)
+#   DEEPEN_LAUNCHER         srun (default) | mpirun
+#   DEEPEN_RUN_DIR          run folder (default: run.out_dir of the config, else runs/<config name>)
+#   DEEPEN_COORDINATOR_PORT fixed coordinator port (default: none; rank 0 binds a free port and the
+#                           trainer broadcasts it over MPI)
+#   DEEPEN_MAX_RESTARTS     requeue at most this many times (default 50): a job that cannot make
+#                           progress must not cycle forever
+#   DEEPEN_TASKS_PER_NODE   tasks per node when Slurm does not say (dry runs)
+# Environment exported to every rank:
+#   DEEPEN_COORDINATOR      first node of the allocation (rank 0 runs there under block distribution),
+#                           with ":port" when DEEPEN_COORDINATOR_PORT is set
+#   DEEPEN_JOB_SECRET_FILE  $RUN_DIR/control/job_secret, 32 random bytes as hex, mode 0600, new per job
+#   DEEPEN_RUN_DIR
+# Exit codes: 0 done; 3 stopped for requeue (the script requeues itself after SIGUSR1); 2 bad input;
+# anything else is the job's failure code.
+
+deepen_log() { echo "deepen slurm: $*" >&2; }
+
+# Expands a Slurm host list: "gpu[01-03,07],cpu5" -> gpu01 gpu02 gpu03 gpu07 cpu5 (one per line),
+# "r[1-2]-n[1-2]" -> r1-n1 r1-n2 r2-n1 r2-n2. Uses scontrol when present, else does it here (dry
+# runs and tests have no Slurm). Zero padding follows the lower bound, as Slurm's does.
+deepen_expand_nodelist() {
+  local list=$1
+  if [[ ${DEEPEN_DRY_RUN:-0} != 1 ]] && command -v scontrol >/dev/null 2>&1; then
+    scontrol show hostnames "$list"
+    return
+  fi
+  local item depth=0 c i
+  local -a items=()
+  item=""
+  for ((i = 0; i < ${#list}; i++)); do  # split at commas outside brackets
+    c=${list:i:1}
+    if [[ $c == "[" ]]; then ((depth++)); elif [[ $c == "]" ]]; then ((depth--)); fi
+    if [[ $c == "," && $depth -eq 0 ]]; then items+=("$item"); item=""; else item+=$c; fi
+  done
+  [[ -n $item ]] && items+=("$item")
+  for item in "${items[@]}"; do _deepen_expand_one "$item"; done
+}
+
+_deepen_expand_one() {
+  local host=$1
+  if [[ $host != *"["* ]]; then echo "$host"; return; fi
+  local prefix=${host%%\[*} rest=${host#*\[}
+  local ranges=${rest%%\]*} suffix=${rest#*\]}
+  local range lo hi n width
+  local IFS=,
+  for range in $ranges; do
+    lo=${range%-*}; hi=${range#*-}
+    width=${#lo}
+    for ((n = 10#$lo; n <= 10#$hi; n++)); do
+      IFS=' ' _deepen_expand_one "$(printf "%s%0${width}d%s" "$prefix" "$n" "$suffix")"
+    done
+  done
+}
+
+# Tasks on each node, one count per line, from SLURM_TASKS_PER_NODE ("4(x3),2" -> 4 4 4 2), else
+# SLURM_NTASKS_PER_NODE or DEEPEN_TASKS_PER_NODE repeated, else SLURM_NTASKS spread evenly.
+deepen_tasks_per_node() {
+  local nodes=$1 ntasks=$2 spec part count times i
+  spec=${SLURM_TASKS_PER_NODE:-}
+  if [[ -n $spec ]]; then
+    local IFS=,
+    for part in $spec; do
+      count=${part%%(*}; times=1
+      [[ $part == *"(x"* ]] && { times=${part#*(x}; times=${times%)}; }
+      for ((i = 0; i < times; i++)); do echo "$count"; done
+    done
+    return
+  fi
+  count=${SLURM_NTASKS_PER_NODE:-${DEEPEN_TASKS_PER_NODE:-$((ntasks / nodes))}}
+  for ((i = 0; i < nodes; i++)); do echo "$count"; done
+}
+
+# A key of a TOML section from the config, with --set section.key=value overrides applied (the
+# last one wins, as in deepen). Handles the flat `key = value` lines deepen's configs use.
+deepen_config_value() {
+  local config=$1 section=$2 key=$3 default=$4; shift 4
+  local value arg next=0
+  value=$(awk -v sec="$section" -v key="$key" '
+    /^[[:space:]]*\[/ { s = $0; sub(/#.*/, "", s); gsub(/[][[:space:]]/, "", s); insec = (s == sec); next }
+    insec {
+      line = $0; sub(/#.*/, "", line)
+      if (match(line, "^[[:space:]]*" key "[[:space:]]*=")) {
+        v = substr(line, RLENGTH + 1); gsub(/^[[:space:]]+|[[:space:]]+$/, "", v); gsub(/"/, "", v)
+        print v; exit
+      }
+    }' "$config" 2>/dev/null)
+  for arg in "$@"; do
+    if ((next)); then next=0; [[ $arg == "$section.$key="* ]] && value=${arg#*=}; continue; fi
+    [[ $arg == --set ]] && { next=1; continue; }
+    [[ $arg == "--set=$section.$key="* ]] && value=${arg#--set=*=}
+  done
+  value=${value#\"}; value=${value%\"}
+  echo "${value:-$default}"
+}
+
+# The role of a rank: teachers first, pipeline by pipeline, then students (dist/rank_layout.h).
+deepen_role_of() {
+  local rank=$1 teacher_ranks=$2 stages=$3
+  if ((rank < teacher_ranks)); then
+    echo "teacher p$((rank / stages)) s$((rank % stages))"
+  else
+    echo "student $((rank - teacher_ranks))"
+  fi
+}
+
+# Writes 32 random bytes as hex to $1 with mode 0600 (umask in a subshell: never readable by others).
+deepen_make_secret() {
+  local file=$1
+  mkdir -p "$(dirname "$file")"
+  (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$file.tmp" && echo >> "$file.tmp" &&
+    mv -f "$file.tmp" "$file")
+}
+
+# Runs one deepen job step on the whole allocation: deepen_run_job CONFIG [deepen arguments...]
+deepen_run_job() {
+  local config=$1; shift
+  local dry=${DEEPEN_DRY_RUN:-0}
+  if [[ -z $config ]]; then deepen_log "usage: sbatch $0 CONFIG.toml [--set section.key=value ...]"; return 2; fi
+  if [[ ! -f $config ]]; then deepen_log "$config: no such config file"; return 2; fi
+  if [[ -z ${SLURM_JOB_NODELIST:-} || -z ${SLURM_NTASKS:-} ]]; then
+    deepen_log "SLURM_JOB_NODELIST and SLURM_NTASKS are not set: submit with sbatch, or set them for a dry run"
+    return 2
+  fi
+
+  local -a nodes counts
+  mapfile -t nodes < <(deepen_expand_nodelist "$SLURM_JOB_NODELIST")
+  if ((${#nodes[@]} == 0)); then deepen_log "cannot expand SLURM_JOB_NODELIST=$SLURM_JOB_NODELIST"; return 2; fi
+  mapfile -t counts < <(deepen_tasks_per_node "${#nodes[@]}" "$SLURM_NTASKS")
+  local ntasks=$SLURM_NTASKS
+  local pipelines stages students
+  pipelines=$(deepen_config_value "$config" parallel teacher_pipelines 1 "$@")
+  stages=$(deepen_config_value "$config" parallel teacher_stages 1 "$@")
+  students=$(deepen_config_value "$config" parallel students 1 "$@")
+  local teacher_ranks=$((pipelines * stages))
+  if ((teacher_ranks + students != ntasks)); then
+    deepen_log "$config: parallel.teacher_pipelines * teacher_stages + students = $pipelines * $stages + $students = $((teacher_ranks + students)) ranks, but the allocation has $ntasks tasks (SLURM_NTASKS)"
+    return 2
+  fi
+
+  local run_dir=${DEEPEN_RUN_DIR:-}
+  if [[ -z $run_dir ]]; then
+    run_dir=$(deepen_config_value "$config" run out_dir "" "$@")
+    [[ -z $run_dir ]] && run_dir="runs/$(basename "$config" .toml)"
+  fi
+  local coordinator=${nodes[0]}
+  [[ -n ${DEEPEN_COORDINATOR_PORT:-} ]] && coordinator+=":$DEEPEN_COORDINATOR_PORT"
+  local secret_file=$run_dir/control/job_secret
+  local bin=${DEEPEN_BIN:-$DEEPEN_HOME/build/deepen}
+  local sub=${DEEPEN_CMD:-train}
+
+  deepen_log "job ${SLURM_JOB_ID:-?} (restart ${SLURM_RESTART_COUNT:-0}): $ntasks ranks on ${#nodes[@]} nodes (${nodes[*]})"
+  deepen_log "run dir $run_dir; coordinator $coordinator; job secret $secret_file (mode 0600)"
+  # The rank map: block distribution puts ranks 0..c0-1 on the first node, and so on.
+  local rank=0 n i role first_role warned
+  for ((n = 0; n < ${#nodes[@]}; n++)); do
+    first_role=""; warned=0
+    for ((i = 0; i < ${counts[n]:-0}; i++, rank++)); do
+      role=$(deepen_role_of "$rank" "$teacher_ranks" "$stages")
+      echo "rank $rank -> ${nodes[n]} ($role)"
+      [[ -z $first_role ]] && first_role=${role%% *}
+      if [[ ${role%% *} != "$first_role" ]] && ((!warned)); then
+        deepen_log "warning: node ${nodes[n]} holds both teacher and student ranks; make teacher ranks ($teacher_ranks) a multiple of the tasks per node"
+        warned=1
+      fi
+    done
+  done
+  if ((rank != ntasks)); then
+    deepen_log "tasks per node (${counts[*]}) add up to $rank, not SLURM_NTASKS = $ntasks"
+    return 2
+  fi
+
+  local -a cmd
+  if [[ ${DEEPEN_LAUNCHER:-srun} == mpirun ]]; then
+    # Open MPI's mpirun reads the allocation from Slurm. Ranks leaving with code 3 (requeue) must not
+    # make it kill the others while they write their checkpoint.
+    cmd=(mpirun -np "$ntasks" --map-by "ppr:${counts[0]}:node" --bind-to core
+         --mca orte_abort_on_non_zero_status 0
+         -x DEEPEN_COORDINATOR -x DEEPEN_JOB_SECRET_FILE -x DEEPEN_RUN_DIR -x PATH -x LD_LIBRARY_PATH)
+  else
+    # No --kill-on-bad-exit: exit code 3 is a clean requeue stop, and a rank that finishes its
+    # checkpoint first must not get the others killed. Real failures are the watchdog's job.
+    cmd=(srun --mpi=pmix --kill-on-bad-exit=0 --distribution=block:block --cpu-bind=cores --export=ALL)
+  fi
+  cmd+=("$bin" "$sub" "$config" --set "run.out_dir=$run_dir" "$@")
+  echo "env: DEEPEN_COORDINATOR=$coordinator DEEPEN_JOB_SECRET_FILE=$secret_file DEEPEN_RUN_DIR=$run_dir"
+  echo "command: ${cmd[*]}"
+
+  if [[ $dry == 1 ]]; then
+    deepen_log "dry run (DEEPEN_DRY_RUN=1): nothing started, no secret written"
+    return 0
+  fi
+  if [[ ! -x $bin ]]; then deepen_log "$bin: not an executable (set DEEPEN_BIN or build first)"; return 2; fi
+  mkdir -p "$run_dir"
+  deepen_make_secret "$secret_file"
+  export DEEPEN_COORDINATOR=$coordinator DEEPEN_JOB_SECRET_FILE=$secret_file DEEPEN_RUN_DIR=$run_dir
+
+  # Slurm's --signal=B:USR1@120 reaches only this shell: forward it (and SIGTERM) to the launcher,
+  # which forwards to every rank; the ranks agree on a stop step, checkpoint and exit 3.
+  DEEPEN_GOT_SIGNAL=""
+  "${cmd[@]}" &
+  local child=$!
+  trap 'DEEPEN_GOT_SIGNAL=USR1; deepen_log "SIGUSR1: asking the ranks for a coordinated stop"; kill -USR1 '"$child"' 2>/dev/null' USR1
+  trap 'DEEPEN_GOT_SIGNAL=TERM; deepen_log "SIGTERM: asking the ranks for a coordinated stop"; kill -TERM '"$child"' 2>/dev/null' TERM
+  local rc
+  while :; do
+    wait "$child"; rc=$?
+    kill -0 "$child" 2>/dev/null || break  # else a trapped signal interrupted wait: wait again
+  done
+  wait "$child" 2>/dev/null; rc=$?  # the launcher's own status (the loop's may be 128 + signal)
+  trap - USR1 TERM
+
+  if ((rc == 3)); then
+    local restarts=${SLURM_RESTART_COUNT:-0}
+    if [[ $DEEPEN_GOT_SIGNAL == TERM ]]; then
+      # scancel or preemption: cancelled jobs stay cancelled, preempted ones Slurm requeues itself.
+      deepen_log "stopped at a checkpoint after SIGTERM; not requeueing (Slurm decides)"
+    elif ((restarts >= ${DEEPEN_MAX_RESTARTS:-50})); then
+      deepen_log "stopped at a checkpoint; $restarts restarts already (DEEPEN_MAX_RESTARTS), not requeueing"
+    else
+      deepen_log "stopped at a checkpoint; requeueing job ${SLURM_JOB_ID} (it resumes from $run_dir)"
+      scontrol requeue "$SLURM_JOB_ID"
+    fi
+  elif ((rc != 0)); then
+    deepen_log "ranks failed with exit code $rc (see the abort message above); not requeueing"
+  fi
+  return "$rc"
+}
+
+# Finds the checkout: DEEPEN_HOME, else this file's folder's parent, else the submit folder (sbatch
+# runs a copy of the script from its spool, so $0 says nothing about where deepen is).
+deepen_find_home() {
+  local d
+  for d in "${DEEPEN_HOME:-}" "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." 2>/dev/null && pwd)" "${SLURM_SUBMIT_DIR:-}"; do
+    if [[ -n $d && -f $d/slurm/lib.sh ]]; then echo "$d"; return 0; fi
+  done
+  return 1
+}

@@ -1,0 +1,273 @@
+// Slurm scripts: bash -n on each, dry runs under a fake Slurm environment (rank -> node -> role map,
+// coordinator, command), bad allocations, node list expansion against dist/slurm_env.h, and the
+// preemption path with fake srun/scontrol: SIGUSR1 -> forwarded -> exit 3 -> scontrol requeue.
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "dist/slurm_env.h"
+#include "tests/base/control_test_util.h"
+#include "tests/test_paths.h"
+
+namespace deepen {
+namespace {
+
+namespace fs = std::filesystem;
+using test::TestProcess;
+
+std::string slurm_dir() { return std::string(test::kSourceDir) + "/slurm"; }
+
+// A scratch folder with a config (1 pipeline x 4 stages + 12 students = 16 ranks) and fake
+// srun/scontrol on PATH that log their arguments.
+struct SlurmSandbox {
+  fs::path dir;
+  SlurmSandbox() {
+    dir = fs::temp_directory_path() / ("deepen_slurm_" + std::to_string(::getpid()) + "_" +
+                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir);
+    fs::create_directories(dir / "bin");
+    std::ofstream(dir / "run.toml") << "[run]\nname = \"x\"\nout_dir = \"" << (dir / "runs/x").string()
+                                    << "\"  # where checkpoints go\n[parallel]\nteacher_pipelines = 1\n"
+                                       "teacher_stages = 4 # stages\nstudents = 12\n";
+  }
+  ~SlurmSandbox() { fs::remove_all(dir); }
+  // A fake executable `name` with the given bash body.
+  void fake(const std::string& name, const std::string& body) {
+    const fs::path p = dir / "bin" / name;
+    std::ofstream(p) << "#!/usr/bin/env bash\n" << body << "\n";
+    fs::permissions(p, fs::perms::owner_all);
+  }
+  // Like the real one for `show hostnames`; logs every other call (requeue).
+  void fake_scontrol() {
+    fake("scontrol", "if [[ $1 == show ]]; then source " + slurm_dir() +
+                         "/lib.sh; DEEPEN_DRY_RUN=1 deepen_expand_nodelist \"$3\"; exit; fi\n"
+                         "echo \"$@\" >> " + (dir / "scontrol.log").string());
+  }
+  std::map<std::string, std::string> env(bool dry) const {
+    return {{"DEEPEN_DRY_RUN", dry ? "1" : ""},
+            {"SLURM_JOB_NODELIST", "node[01-04]"},
+            {"SLURM_NTASKS", "16"},
+            {"SLURM_TASKS_PER_NODE", "4(x4)"},
+            {"SLURM_JOB_ID", "123"},
+            {"SLURM_JOB_NAME", "deepen"},
+            {"SLURM_SUBMIT_DIR", dir.string()},
+            {"SLURM_RESTART_COUNT", ""},
+            {"SLURM_ARRAY_TASK_ID", ""},
+            {"DEEPEN_RUN_DIR", ""},
+            {"DEEPEN_BIN", "/bin/true"},
+            {"PATH", (dir / "bin").string() + ":" + std::getenv("PATH")}};
+  }
+  std::string log(const std::string& name) const { return TestProcess::slurp((dir / (name + ".log")).string()); }
+};
+
+struct Ran {
+  int code = -1;
+  std::string out, err;
+};
+
+Ran run_script(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+               const std::string& tag) {
+  TestProcess p(argv, env, tag);
+  Ran r;
+  r.code = p.wait_exit(30).value_or(-1);
+  r.out = p.out();
+  r.err = p.err();
+  return r;
+}
+
+bool has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+
+TEST(SlurmScripts, EveryScriptPassesBashSyntaxCheck) {
+  int checked = 0;
+  for (const auto& entry : fs::directory_iterator(slurm_dir())) {
+    const std::string path = entry.path().string();
+    if (!entry.path().has_extension() ||
+        (entry.path().extension() != ".sbatch" && entry.path().extension() != ".sh")) {
+      continue;
+    }
+    const Ran r = run_script({"bash", "-n", path}, {}, "bash_n_" + entry.path().filename().string());
+    EXPECT_EQ(r.code, 0) << path << ": " << r.err;
+    std::ifstream in(path);
+    std::string first, second;
+    std::getline(in, first);
+    std::getline(in, second);
+    EXPECT_EQ(first, "#!/usr/bin/env bash") << path;
+    EXPECT_EQ(second.rfind("# ", 0), 0u) << path << " must say what it is for in its first comment line";
+    ++checked;
+  }
+  EXPECT_GE(checked, 3);
+}
+
+TEST(SlurmScripts, DryRunPrintsTheRankToNodeMapCoordinatorAndSrunCommand) {
+  SlurmSandbox box;
+  const Ran r = run_script({"bash", slurm_dir() + "/run.sbatch", (box.dir / "run.toml").string(), "--set",
+                            "optim.lr=1e-4"},
+                           box.env(true), "dry_run");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  // Block distribution: 4 tasks per node; teachers (4 stages) fill node01, students the rest.
+  EXPECT_TRUE(has(r.out, "rank 0 -> node01 (teacher p0 s0)\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "rank 3 -> node01 (teacher p0 s3)\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "rank 4 -> node02 (student 0)\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "rank 15 -> node04 (student 11)\n")) << r.out;
+  EXPECT_FALSE(has(r.out, "rank 16 "));
+  EXPECT_FALSE(has(r.err, "warning")) << r.err;
+  const std::string run_dir = (box.dir / "runs/x").string();
+  EXPECT_TRUE(has(r.out, "env: DEEPEN_COORDINATOR=node01 DEEPEN_JOB_SECRET_FILE=" + run_dir +
+                             "/control/job_secret DEEPEN_RUN_DIR=" + run_dir + "\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "command: srun --mpi=pmix --kill-on-bad-exit=0 --distribution=block:block "
+                         "--cpu-bind=cores --export=ALL /bin/true train " + (box.dir / "run.toml").string() +
+                         " --set run.out_dir=" + run_dir + " --set optim.lr=1e-4\n")) << r.out;
+  EXPECT_FALSE(fs::exists(run_dir)) << "a dry run must not write anything";
+}
+
+TEST(SlurmScripts, DryRunWithMpirunAndFixedPortAndOverriddenLayout) {
+  SlurmSandbox box;
+  auto env = box.env(true);
+  env["DEEPEN_LAUNCHER"] = "mpirun";
+  env["DEEPEN_COORDINATOR_PORT"] = "29500";
+  env["SLURM_TASKS_PER_NODE"] = "";
+  env["SLURM_NTASKS_PER_NODE"] = "4";
+  // 2 pipelines x 2 stages: still 4 teacher ranks on node01; students 12.
+  const Ran r = run_script({"bash", slurm_dir() + "/run.sbatch", (box.dir / "run.toml").string(), "--set",
+                            "parallel.teacher_pipelines=2", "--set=parallel.teacher_stages=2"},
+                           env, "dry_mpirun");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_TRUE(has(r.out, "rank 2 -> node01 (teacher p1 s0)\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "rank 4 -> node02 (student 0)\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "DEEPEN_COORDINATOR=node01:29500 ")) << r.out;
+  EXPECT_TRUE(has(r.out, "command: mpirun -np 16 --map-by ppr:4:node --bind-to core")) << r.out;
+}
+
+TEST(SlurmScripts, MixedNodesWarnAndWrongRankCountsFailWithCode2) {
+  SlurmSandbox box;
+  const std::string config = (box.dir / "run.toml").string();
+  Ran r = run_script({"bash", slurm_dir() + "/run.sbatch", config, "--set", "parallel.teacher_stages=2", "--set",
+                      "parallel.students=14"},
+                     box.env(true), "mixed");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(has(r.out, "rank 2 -> node01 (student 0)\n")) << r.out;
+  EXPECT_TRUE(has(r.err, "warning: node node01 holds both teacher and student ranks")) << r.err;
+
+  r = run_script({"bash", slurm_dir() + "/run.sbatch", config, "--set", "parallel.students=10"}, box.env(true),
+                 "wrong_count");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, config + ": parallel.teacher_pipelines * teacher_stages + students = 1 * 4 + 10 = 14 "
+                              "ranks, but the allocation has 16 tasks")) << r.err;
+
+  auto env = box.env(true);
+  env["SLURM_JOB_NODELIST"] = "";
+  r = run_script({"bash", slurm_dir() + "/run.sbatch", config}, env, "no_slurm");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "SLURM_JOB_NODELIST and SLURM_NTASKS are not set")) << r.err;
+
+  r = run_script({"bash", slurm_dir() + "/run.sbatch", (box.dir / "missing.toml").string()}, box.env(true),
+                 "missing");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "missing.toml: no such config file")) << r.err;
+}
+
+TEST(SlurmScripts, NodeListExpansionAgreesWithTheCppParser) {
+  for (const std::string list : {"node[01-04]", "gpu-a[001-002,010],gpu-b7", "r[1-2]-n[3-4]", "n[8-10]", "solo",
+                                 "a[9-11],b[098-101]"}) {
+    const Ran r = run_script({"bash", "-c", "source " + slurm_dir() + "/lib.sh && deepen_expand_nodelist \"$0\"", list},
+                             {{"DEEPEN_DRY_RUN", "1"}}, "expand");
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::string expected;
+    for (const auto& host : expand_nodelist(list)) expected += host + "\n";
+    EXPECT_EQ(r.out, expected) << list;
+  }
+}
+
+TEST(SlurmScripts, StudyArrayRunsOneSeedOrOneListLinePerTask) {
+  SlurmSandbox box;
+  const std::string config = (box.dir / "run.toml").string();
+  auto env = box.env(true);
+  env["SLURM_ARRAY_TASK_ID"] = "3";
+  Ran r = run_script({"bash", slurm_dir() + "/study_array.sbatch", config}, env, "array_seed");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string seed_dir = (box.dir / "runs/x/seed3").string();
+  EXPECT_TRUE(has(r.out, "DEEPEN_RUN_DIR=" + seed_dir + "\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "--set run.out_dir=" + seed_dir + " --set run.seed=3\n")) << r.out;
+
+  std::ofstream(box.dir / "study.list") << "# study\n" << config << " --set run.seed=1\n\n"
+                                        << config << " --set parallel.teacher_pipelines=2 --set parallel.teacher_stages=2\n";
+  env["SLURM_ARRAY_TASK_ID"] = "1";
+  r = run_script({"bash", slurm_dir() + "/study_array.sbatch", (box.dir / "study.list").string()}, env, "array_list");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "rank 3 -> node01 (teacher p1 s1)\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "--set parallel.teacher_pipelines=2 --set parallel.teacher_stages=2\n")) << r.out;
+  env["SLURM_ARRAY_TASK_ID"] = "2";
+  r = run_script({"bash", slurm_dir() + "/study_array.sbatch", (box.dir / "study.list").string()}, env, "array_past");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "array task 2, but the list has 2 runs")) << r.err;
+}
+
+// The real (not dry) path with fake srun and scontrol: SIGUSR1 to the batch shell reaches the
+// launcher, whose ranks "stop" with code 3; the script requeues the job, writes the secret with
+// mode 0600 and exports the control-plane variables to the ranks.
+TEST(SlurmScripts, Sigusr1IsForwardedAndExitCode3RequeuesTheJob) {
+  SlurmSandbox box;
+  box.fake("srun", "env | grep ^DEEPEN_ > " + (box.dir / "srun_env.log").string() +
+                       "\necho \"$@\" > " + (box.dir / "srun.log").string() +
+                       "\ntrap 'echo USR1 >> " + (box.dir / "signals.log").string() + "; exit 3' USR1\n"
+                       "for i in $(seq 300); do sleep 0.1; done\nexit 0");
+  box.fake_scontrol();
+  TestProcess job({"bash", slurm_dir() + "/run.sbatch", (box.dir / "run.toml").string()}, box.env(false), "usr1");
+  ASSERT_TRUE(test::eventually([&] { return fs::exists(box.dir / "srun.log"); }, 20)) << job.err();
+  job.signal(SIGUSR1);
+  const auto code = job.wait_exit(20);
+  ASSERT_TRUE(code.has_value()) << job.err();
+  EXPECT_EQ(*code, 3) << job.err();
+  EXPECT_EQ(box.log("signals"), "USR1\n");
+  EXPECT_EQ(box.log("scontrol"), "requeue 123\n") << job.err();
+  const std::string env = box.log("srun_env");
+  const std::string run_dir = (box.dir / "runs/x").string();
+  EXPECT_TRUE(has(env, "DEEPEN_COORDINATOR=node01\n")) << env;
+  EXPECT_TRUE(has(env, "DEEPEN_JOB_SECRET_FILE=" + run_dir + "/control/job_secret\n")) << env;
+  struct stat st{};
+  ASSERT_EQ(::stat((run_dir + "/control/job_secret").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(TestProcess::slurp(run_dir + "/control/job_secret").size(), 65u) << "64 hex digits and a newline";
+}
+
+TEST(SlurmScripts, CleanExitFailureAndSigtermDoNotRequeue) {
+  for (const auto& [name, body, sig, want] :
+       std::vector<std::tuple<std::string, std::string, int, int>>{
+           {"clean", "exit 0", 0, 0},
+           {"failure", "echo 'rank 2 died' >&2; exit 1", 0, 1},
+           {"sigterm", "trap 'exit 3' TERM\nfor i in $(seq 300); do sleep 0.1; done", SIGTERM, 3}}) {
+    SlurmSandbox box;
+    box.fake("srun", "echo started > " + (box.dir / "srun.log").string() + "\n" + body);
+    box.fake_scontrol();
+    TestProcess job({"bash", slurm_dir() + "/run.sbatch", (box.dir / "run.toml").string()}, box.env(false),
+                    "norequeue_" + name);
+    if (sig) {
+      ASSERT_TRUE(test::eventually([&] { return fs::exists(box.dir / "srun.log"); }, 20)) << name;
+      job.signal(sig);
+    }
+    const auto code = job.wait_exit(20);
+    ASSERT_TRUE(code.has_value()) << name;
+    EXPECT_EQ(*code, want) << name << ": " << job.err();
+    EXPECT_EQ(box.log("scontrol"), "") << name << " must not requeue";
+  }
+}
+
+TEST(SlurmScripts, RequeueStopsAfterMaxRestarts) {
+  SlurmSandbox box;
+  box.fake("srun", "exit 3");
+  box.fake_scontrol();
+  auto env = box.env(false);
+  env["SLURM_RESTART_COUNT"] = "5";
+  env["DEEPEN_MAX_RESTARTS"] = "5";
+  TestProcess job({"bash", slurm_dir() + "/run.sbatch", (box.dir / "run.toml").string()}, env, "max_restarts");
+  EXPECT_EQ(job.wait_exit(20), 3);
+  EXPECT_EQ(box.log("scontrol"), "");
+  EXPECT_TRUE(has(job.err(), "5 restarts already")) << job.err();
+}
+
+}  // namespace
+}  // namespace deepen
