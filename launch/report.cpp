@@ -16,7 +16,6 @@
 #include "curriculum/growth_schedule.h"
 #include "launch/input_error.h"
 #include "launch/report_plots.h"
-#include "launch/run_records.h"
 
 namespace deepen {
 namespace fs = std::filesystem;
@@ -24,7 +23,25 @@ using nlohmann::json;
 
 namespace {
 
-const std::vector<std::string> kClassOrder = {"first", "special", "structural", "content"};
+// A JSONL file's records (missing file: none). Torn last lines of a run killed mid-write are
+// skipped; any other bad line is an InputError naming file and line.
+std::vector<json> read_records(const std::string& path) {
+  std::vector<json> out;
+  std::ifstream in(path);
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.empty()) continue;
+    try {
+      out.push_back(json::parse(line));
+    } catch (const json::exception& e) {
+      if (in.peek() == std::char_traits<char>::eof()) break;  // the last line, cut short
+      throw InputError(path + ":" + std::to_string(n) + ": not JSON: " + e.what());
+    }
+  }
+  return out;
+}
 
 // A per-class map, either bare ({"first": 1.2, ...}) or curriculum/boundary_diagnostics.h's
 // ClassMeans ({"mean": {...}, "tokens": {...}}).
@@ -209,7 +226,7 @@ RunData load_run(const std::string& dir) {
   }
   const std::string eval_path = (root / "eval.jsonl").string();
   std::map<int64_t, EvalPoint> by_step;  // a record rewritten after a resume replaces the old one
-  for (const json& j : read_jsonl(eval_path)) {
+  for (const json& j : read_records(eval_path)) {
     EvalPoint e;
     try {
       e.step = j.at("step").get<int64_t>();
@@ -227,7 +244,7 @@ RunData load_run(const std::string& dir) {
   }
   for (auto& [s, e] : by_step) r.evals.push_back(e);
   const std::string diag_path = (root / "diagnostics.jsonl").string();
-  for (const json& j : read_jsonl(diag_path)) r.diagnostics.push_back(parse_diagnostic(j.dump()));
+  for (const json& j : read_records(diag_path)) r.diagnostics.push_back(parse_diagnostic(j.dump()));
   if (fs::exists(active_layer_tokens_path(dir))) {
     const ActiveLayerTokensRecord a = read_active_layer_tokens(dir);
     r.complete = a.complete;

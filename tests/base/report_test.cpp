@@ -11,7 +11,6 @@
 #include "curriculum/growth_schedule.h"
 #include "launch/report.h"
 #include "launch/report_plots.h"
-#include "launch/run_records.h"
 #include "launch/study_process.h"
 #include "tests/test_paths.h"
 
