@@ -478,109 +478,111 @@ int run_study(const StudyPlan& plan, const LaunchContext& ctx) {
 
 // ---- Slurm ---------------------------------------------------------------------------------------
 
+namespace {
+
+// "curriculum.stages=[1, 2]" -> "curriculum.stages=[1,2]": the run list is split on whitespace.
+std::string without_spaces(const std::string& word, const std::string& where) {
+  std::string out;
+  bool in_string = false;
+  for (char c : word) {
+    if (c == '"') in_string = !in_string;
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      if (in_string)
+        throw InputError(where + ": \"" + word + "\" has whitespace inside a quoted value, which the Slurm run list "
+                         "cannot carry");
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string find_deepen_home(const std::string& deepen_exe) {
+  const fs::path up = fs::path(deepen_exe).parent_path().parent_path();
+  if (fs::exists(up / "slurm" / "study_array.sbatch")) return up.lexically_normal().string();
+  if (fs::exists(fs::current_path() / "slurm" / "study_array.sbatch")) return fs::current_path().string();
+  return "";
+}
+
 SlurmScripts slurm_scripts(const StudyPlan& plan, const SlurmOptions& o, const std::string& dir) {
   if (o.gpus_per_node < 1) throw InputError("--gpus-per-node: must be >= 1");
+  if (o.deepen_home.empty())
+    throw InputError("cannot find the deepen checkout holding slurm/study_array.sbatch (run from the checkout)");
   const std::string abs_dir = fs::absolute(dir).lexically_normal().string();
+  const std::string base = fs::absolute(plan.spec.base).lexically_normal().string();
   SlurmScripts s;
 
-  std::ostringstream jobs;
-  jobs << "# Study " << plan.spec.name << " (" << plan.spec.source << "): the arguments of each array index.\n"
-       << "# Written by `deepen study --slurm`; sourced by task.sbatch.\n"
-       << "job_args() {\n  case \"$1\" in\n";
-  for (size_t k = 0; k < plan.jobs.size(); ++k) {
-    const StudyJob& j = plan.jobs[k];
-    std::vector<std::string> args = {plan.spec.command, fs::absolute(plan.spec.base).lexically_normal().string()};
-    for (const auto& ov : j.overrides) {
-      args.push_back("--set");
-      args.push_back(ov);
-    }
-    args.push_back("--quiet");
-    jobs << "    " << k << ")  # " << j.id() << "\n"
-         << "      JOB_NAME=" << shell_quote(j.id()) << "\n"
-         << "      JOB_DIR=" << shell_quote(j.out_dir) << "\n"
-         << "      ARGS=(" << shell_join(args) << ") ;;\n";
+  std::ostringstream list;
+  list << "# Study " << plan.spec.name << " (" << plan.spec.source << "): one run per line; the array index is the\n"
+       << "# line number counting from 0 (comment lines do not count). Written by `deepen study --slurm`.\n";
+  for (const StudyJob& j : plan.jobs) {
+    std::string line = without_spaces(base, "study.base");
+    for (const auto& ov : j.overrides) line += " --set " + without_spaces(ov, j.id());
+    list << line << " --quiet\n";
   }
-  jobs << "    *) echo \"no study job with index $1\" >&2; return 2 ;;\n  esac\n}\n";
-  s.jobs_sh = jobs.str();
+  s.study_list = list.str();
 
-  std::ostringstream task;
-  task << "#!/bin/bash\n"
-       << "# One run of study " << plan.spec.name << " per array index (see jobs.sh); resources come from submit.sh.\n"
-       << "#SBATCH --job-name=" << plan.spec.name << "\n"
-       << "#SBATCH --output=" << abs_dir << "/logs/%A_%a.out\n"
-       << "#SBATCH --open-mode=append\n"
-       << "#SBATCH --requeue\n"
-       << "#SBATCH --time=" << o.time << "\n"
-       << "#SBATCH --signal=USR1@" << o.signal_lead_s << "\n";
-  if (!o.partition.empty()) task << "#SBATCH --partition=" << o.partition << "\n";
-  if (!o.account.empty()) task << "#SBATCH --account=" << o.account << "\n";
-  task << "set -uo pipefail\n"
-       << "DEEPEN=${DEEPEN_BIN:-" << shell_quote(o.deepen_exe) << "}\n"
-       << "cd " << shell_quote(o.workdir) << "\n"
-       << "source " << shell_quote(abs_dir + "/jobs.sh") << "\n"
-       << "job_args \"${SLURM_ARRAY_TASK_ID:?run me with sbatch --array}\" || exit 2\n"
-       << "# A finished run is never rerun (the record is written when its whole schedule is done).\n"
-       << "if grep -qs '\"complete\": *true' \"$JOB_DIR/active_layer_tokens.json\"; then\n"
-       << "  echo \"$JOB_NAME: finished earlier, nothing to do\"; exit 0\nfi\n"
-       << "echo \"$JOB_NAME: $(date -Is) on $SLURM_JOB_NUM_NODES node(s), $SLURM_NTASKS task(s)\"\n"
-       << "# Slurm sends SIGUSR1 to every rank before the time limit: deepen checkpoints and exits 3.\n"
-       << "srun --kill-on-bad-exit=1 \"$DEEPEN\" \"${ARGS[@]}\"\n"
-       << "rc=$?\n"
-       << "if [ \"$rc\" -eq 3 ]; then\n"
-       << "  echo \"$JOB_NAME: stopped with a checkpoint, requeueing\"\n"
-       << "  scontrol requeue \"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}\"\n"
-       << "  exit 0\nfi\n"
-       << "exit \"$rc\"\n";
-  s.task_sbatch = task.str();
-
-  // submit.sh: group independent jobs by their task count into arrays; each dependent job is its own
-  // submission depending on exactly the array elements it needs.
-  std::ostringstream sub;
-  sub << "#!/bin/bash\n"
-      << "# Submits study " << plan.spec.name << ": " << plan.jobs.size() << " runs. Re-submitting is safe: finished runs exit at once.\n"
-      << "set -euo pipefail\n"
-      << "cd \"$(dirname \"$0\")\"\n"
-      << "submit() { local id; id=$(sbatch --parsable \"$@\" task.sbatch); echo \"${id%%;*}\"; }\n";
   auto resources = [&](int64_t tasks) {
-    const int64_t per_node = std::min(tasks, o.gpus_per_node);
     const int64_t nodes = (tasks + o.gpus_per_node - 1) / o.gpus_per_node;
+    const int64_t per_node = std::min(tasks, o.gpus_per_node);
     return "--nodes=" + std::to_string(nodes) + " --ntasks=" + std::to_string(tasks) + " --ntasks-per-node=" +
            std::to_string(per_node) + " --gpus-per-node=" + std::to_string(per_node);
   };
+  std::ostringstream sub;
+  sub << "#!/usr/bin/env bash\n"
+      << "# Submits study " << plan.spec.name << " (" << plan.jobs.size() << " runs) to Slurm through slurm/study_array.sbatch.\n"
+      << "# Runs that finished already are skipped, so submitting again after a failure is safe.\n"
+      << "set -euo pipefail\n"
+      << "list=" << shell_quote(abs_dir + "/study.list") << "\n"
+      << "export DEEPEN_HOME=${DEEPEN_HOME:-" << shell_quote(o.deepen_home) << "}\n"
+      << "export DEEPEN_BIN=${DEEPEN_BIN:-" << shell_quote(o.deepen_exe) << "}\n"
+      << "export DEEPEN_CMD=" << plan.spec.command << "\n"
+      << "cd " << shell_quote(o.workdir) << "  # relative paths in the configs resolve here\n"
+      << "common=(--job-name=" << shell_quote(plan.spec.name) << " --output=" << shell_quote(abs_dir + "/logs/%x-%A_%a.out")
+      << " --time=" << o.time << " --cpus-per-task=" << o.cpus_per_task;
+  if (!o.partition.empty()) sub << " --partition=" << shell_quote(o.partition);
+  if (!o.account.empty()) sub << " --account=" << shell_quote(o.account);
+  sub << ")\n"
+      << "finished() { grep -qs '\"complete\": *true' \"$1/active_layer_tokens.json\"; }\n"
+      << "submit() { local id; id=$(sbatch --parsable \"${common[@]}\" \"$@\" \"$DEEPEN_HOME/slurm/study_array.sbatch\" \"$list\"); echo \"${id%%;*}\"; }\n"
+      << "declare -A job  # array index -> \"<job id>_<index>\" once submitted\n"
+      << "after() {  # the afterok list of the given indices that were submitted (finished ones need no wait)\n"
+      << "  local d=\"\" i; for i in \"$@\"; do [[ -n ${job[$i]:-} ]] && d+=\"${d:+:}${job[$i]}\"; done; echo \"$d\"; }\n";
   std::map<int64_t, std::vector<size_t>> independent;
   for (size_t k = 0; k < plan.jobs.size(); ++k)
     if (plan.jobs[k].depends_on.empty()) independent[job_tasks(plan, plan.jobs[k])].push_back(k);
-  std::vector<std::string> ref(plan.jobs.size());
-  int group = 0;
   for (const auto& [tasks, members] : independent) {
-    std::string list;
-    for (size_t k : members) list += (list.empty() ? "" : ",") + std::to_string(k);
-    const std::string var = "ARRAY" + std::to_string(group++);
-    sub << "# " << members.size() << " independent run(s) of " << tasks << " task(s)\n"
-        << var << "=$(submit --array=" << list << " " << resources(tasks) << ")\n"
-        << "echo \"submitted array $" << var << " (indices " << list << ")\"\n";
-    for (size_t k : members) ref[k] = "${" + var + "}_" + std::to_string(k);
+    sub << "\n# " << members.size() << " independent run(s) of " << tasks << " task(s)\nidx=()\n";
+    for (size_t k : members)
+      sub << "if finished " << shell_quote(plan.jobs[k].out_dir) << "; then echo \"" << plan.jobs[k].id()
+          << ": finished, skipped\"; else idx+=(" << k << "); fi\n";
+    sub << "if ((${#idx[@]})); then\n"
+        << "  id=$(submit --array=\"$(IFS=,; echo \"${idx[*]}\")\" " << resources(tasks) << ")\n"
+        << "  for i in \"${idx[@]}\"; do job[$i]=${id}_$i; done\n"
+        << "  echo \"array $id: indices ${idx[*]}\"\nfi\n";
   }
   for (size_t k = 0; k < plan.jobs.size(); ++k) {
     const StudyJob& j = plan.jobs[k];
     if (j.depends_on.empty()) continue;
-    std::string dep;
-    for (size_t d : j.depends_on) dep += (dep.empty() ? "" : ":") + ref[d];
-    const std::string var = "JOB" + std::to_string(k);
-    sub << "# " << j.id() << " waits for";
+    sub << "\n# " << j.id() << " waits for";
     for (size_t d : j.depends_on) sub << " " << plan.jobs[d].id();
-    sub << "\n" << var << "=$(submit --array=" << k << " --dependency=afterok:" << dep << " "
-        << resources(job_tasks(plan, j)) << ")\n"
-        << "echo \"submitted " << j.id() << " as $" << var << "\"\n";
-    ref[k] = "${" + var + "}_" + std::to_string(k);
+    sub << "\nif finished " << shell_quote(j.out_dir) << "; then echo \"" << j.id() << ": finished, skipped\"; else\n"
+        << "  dep=$(after";
+    for (size_t d : j.depends_on) sub << " " << d;
+    sub << ")\n"
+        << "  id=$(submit --array=" << k << " ${dep:+--dependency=afterok:$dep} " << resources(job_tasks(plan, j)) << ")\n"
+        << "  job[" << k << "]=${id}_" << k << "\n"
+        << "  echo \"" << j.id() << ": job ${id}_" << k << "${dep:+ after $dep}\"\nfi\n";
   }
   s.submit_sh = sub.str();
   return s;
 }
 
 void write_slurm_study(const StudyPlan& plan, const SlurmOptions& options, const std::string& dir) {
-  fs::create_directories(fs::path(dir) / "logs");
   const SlurmScripts s = slurm_scripts(plan, options, dir);
+  fs::create_directories(fs::path(dir) / "logs");
   auto write = [&](const std::string& name, const std::string& text, bool exec) {
     const fs::path p = fs::path(dir) / name;
     std::ofstream out(p, std::ios::trunc);
@@ -589,8 +591,7 @@ void write_slurm_study(const StudyPlan& plan, const SlurmOptions& options, const
     out.close();
     if (exec) fs::permissions(p, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add);
   };
-  write("jobs.sh", s.jobs_sh, false);
-  write("task.sbatch", s.task_sbatch, true);
+  write("study.list", s.study_list, false);
   write("submit.sh", s.submit_sh, true);
 }
 

@@ -126,29 +126,39 @@ std::string describe_plan(const StudyPlan& plan, const LaunchContext& ctx);
 int run_study(const StudyPlan& plan, const LaunchContext& ctx);
 
 // ---- Slurm ---------------------------------------------------------------------------------------
+// A study on Slurm reuses slurm/study_array.sbatch (rank map, control-plane secret, SIGUSR1 ->
+// checkpoint -> exit 3 -> requeue): `deepen study --slurm DIR` writes
+//   DIR/study.list  one line per job, "CONFIG --set k=v ... --quiet" (array index = line number,
+//                   counting from 0), read by study_array.sbatch
+//   DIR/submit.sh   submits the jobs that have not finished: independent jobs as one array per task
+//                   count, each dependent job (a matched run) as its own array element with
+//                   --dependency=afterok:<job>_<index> on exactly the element it needs (or none when
+//                   that run finished already)
+//   DIR/logs/       the tasks' output
 struct SlurmOptions {
   std::string deepen_exe;       // absolute path of deepen on the cluster (default: this binary)
+  std::string deepen_home;      // the checkout holding slurm/study_array.sbatch
   std::string workdir;          // where runs start (relative paths in configs resolve here)
   int64_t gpus_per_node = 8;
+  int64_t cpus_per_task = 8;
   std::string partition;        // "" = the cluster's default
   std::string account;          // "" = none
   std::string time = "24:00:00";
-  int64_t signal_lead_s = 300;  // SIGUSR1 this long before the time limit: checkpoint and requeue
 };
 
-// The files written by write_slurm_study, as text (tests check them with `bash -n`):
-//   jobs.sh    job_args INDEX: sets ARGS (the deepen arguments) and JOB_DIR for one array index
-//   task.sbatch one array task: skip if finished, else `srun deepen ...`, requeue on exit code 3
-//   submit.sh  submits the array: independent jobs as one array per task count, each dependent job
-//              as its own element with --dependency=afterok:<job>_<index> on exactly what it needs
 struct SlurmScripts {
-  std::string jobs_sh;
-  std::string task_sbatch;
+  std::string study_list;
   std::string submit_sh;
 };
+// InputError when an override holds whitespace inside a quoted value (the list is split on
+// whitespace); whitespace elsewhere ("curriculum.stages=[1, 2]") is removed.
 SlurmScripts slurm_scripts(const StudyPlan& plan, const SlurmOptions& options, const std::string& dir);
-// Writes them into `dir` (created), the scripts executable, plus a logs/ folder.
+// Writes them into `dir` (created, with logs/), submit.sh executable.
 void write_slurm_study(const StudyPlan& plan, const SlurmOptions& options, const std::string& dir);
+
+// The checkout that holds slurm/study_array.sbatch: `<exe>/../..` when the binary is in a build
+// folder of the checkout, else the working directory if it holds slurm/, else "".
+std::string find_deepen_home(const std::string& deepen_exe);
 
 // Ranks (Slurm tasks) of a job: world size under mpirun/srun, 1 when it runs as one process.
 int64_t job_tasks(const StudyPlan& plan, const StudyJob& job);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "curriculum/growth_schedule.h"
 #include "launch/input_error.h"
@@ -284,37 +285,72 @@ TEST(Study, OnlyWithAnUnfinishedDependencyOutsideTheSelectionIsAnError) {
   EXPECT_NE(error_of([&] { run_study(plan, ctx); }).find("has not finished"), std::string::npos);
 }
 
-TEST(Study, SlurmScriptsPassBashNAndDependOnExactlyTheMatchedRunsElements) {
-  const std::string dir = scratch("slurm");
-  const StudyPlan plan = expand_study(mini_study(dir));
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+SlurmOptions slurm_options(const std::string& dir) {
   SlurmOptions o;
-  o.deepen_exe = "/opt/deepen/bin/deepen";
+  o.deepen_exe = "/opt/deepen/build/deepen";
+  o.deepen_home = test::kSourceDir;  // this checkout's slurm/study_array.sbatch
   o.workdir = dir;
   o.gpus_per_node = 8;
-  write_slurm_study(plan, o, dir + "/slurm");
-  for (const char* f : {"jobs.sh", "task.sbatch", "submit.sh"}) {
-    const std::string cmd = "bash -n " + dir + "/slurm/" + f;
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  }
-  const SlurmScripts s = slurm_scripts(plan, o, dir + "/slurm");
-  // Seven independent runs in one array of 4 tasks; the matched runs (indices 3 and 8) each wait
-  // for their own post-grow element (indices 2 and 7).
-  EXPECT_NE(s.submit_sh.find("--array=0,1,2,4,5,6,7 --nodes=1 --ntasks=4"), std::string::npos) << s.submit_sh;
-  EXPECT_NE(s.submit_sh.find("--array=3 --dependency=afterok:${ARRAY0}_2 "), std::string::npos) << s.submit_sh;
-  EXPECT_NE(s.submit_sh.find("--array=8 --dependency=afterok:${ARRAY0}_7 "), std::string::npos) << s.submit_sh;
-  EXPECT_NE(s.task_sbatch.find("scontrol requeue"), std::string::npos);
-  // jobs.sh gives each index its arguments: check one round trip through bash.
-  const std::string probe = "bash -c 'source " + dir + "/slurm/jobs.sh; job_args 3; printf \"%s\\n\" \"${ARGS[@]}\"' > " +
-                            dir + "/args.txt";
-  ASSERT_EQ(std::system(probe.c_str()), 0);
-  std::ifstream in(dir + "/args.txt");
-  std::vector<std::string> args;
-  for (std::string l; std::getline(in, l);) args.push_back(l);
-  ASSERT_GE(args.size(), 3u);
-  EXPECT_EQ(args[0], "train");
-  EXPECT_NE(std::find(args.begin(), args.end(),
-                      "curriculum.budget=\"active_layer_tokens:" + dir + "/runs/post-grow/seed1\""),
-            args.end());
+  return o;
+}
+
+// The run list goes through the control engineer's slurm/study_array.sbatch in its dry-run mode: the
+// command it would start for the matched run must carry the resolved budget and the run folder.
+TEST(Study, SlurmRunListDrivesStudyArraySbatchWithTheResolvedArguments) {
+  const std::string dir = scratch("slurm_list");
+  const StudyPlan plan = expand_study(mini_study(dir));
+  write_slurm_study(plan, slurm_options(dir), dir + "/slurm");
+  EXPECT_EQ(std::system(("bash -n " + dir + "/slurm/submit.sh").c_str()), 0);
+  const std::string cmd = "cd " + dir + " && DEEPEN_DRY_RUN=1 DEEPEN_HOME=" + std::string(test::kSourceDir) +
+                          " SLURM_ARRAY_TASK_ID=3 SLURM_JOB_NODELIST=node1 SLURM_NTASKS=4 SLURM_TASKS_PER_NODE=4 "
+                          "bash " + std::string(test::kSourceDir) + "/slurm/study_array.sbatch " + dir +
+                          "/slurm/study.list > " + dir + "/dry.txt 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file(dir + "/dry.txt");
+  const std::string out = read_file(dir + "/dry.txt");
+  EXPECT_NE(out.find("rank 0 -> node1 (teacher p0 s0)"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 3 -> node1 (student 1)"), std::string::npos) << out;
+  EXPECT_NE(out.find("--set run.out_dir=" + dir + "/runs/post-joint-matched/seed1"), std::string::npos) << out;
+  EXPECT_NE(out.find("curriculum.budget=\"active_layer_tokens:" + dir + "/runs/post-grow/seed1\""), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("curriculum.stages=[3]"), std::string::npos) << out;
+  // Whitespace inside a quoted value cannot travel through the whitespace-split list.
+  StudySpec spec = mini_study(dir);
+  spec.runs[0].sets.push_back("teacher.checkpoint=\"a b\"");
+  EXPECT_NE(error_of([&] { slurm_scripts(expand_study(spec), slurm_options(dir), dir + "/s2"); }).find("whitespace"),
+            std::string::npos);
+}
+
+// submit.sh under a fake sbatch: finished runs are skipped, the rest go in one array, and each
+// matched run waits for exactly its own post-grow element (or nothing once that one finished).
+TEST(Study, SlurmSubmitSkipsFinishedRunsAndDependsOnExactlyTheMatchedRunsElement) {
+  const std::string dir = scratch("slurm_submit");
+  const StudyPlan plan = expand_study(mini_study(dir));
+  write_slurm_study(plan, slurm_options(dir), dir + "/slurm");
+  write(dir + "/bin/sbatch",
+        "#!/bin/bash\necho \"$*\" >> " + dir + "/sbatch.txt\nn=$(wc -l < " + dir + "/sbatch.txt)\necho $((100 + n))\n");
+  fs::permissions(dir + "/bin/sbatch", fs::perms::owner_all);
+  write_active_layer_tokens(dir + "/runs/post-grow/seed1", {1, 1, 1, true});  // index 2 finished
+  const std::string cmd = "PATH=" + dir + "/bin:$PATH bash " + dir + "/slurm/submit.sh > " + dir + "/submit.txt 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file(dir + "/submit.txt");
+  std::vector<std::string> calls;
+  std::ifstream in(dir + "/sbatch.txt");
+  for (std::string l; std::getline(in, l);) calls.push_back(l);
+  ASSERT_EQ(calls.size(), 3u) << read_file(dir + "/submit.txt");
+  EXPECT_NE(calls[0].find("--array=0,1,4,5,6,7 --nodes=1 --ntasks=4 --ntasks-per-node=4 --gpus-per-node=4"),
+            std::string::npos) << calls[0];
+  EXPECT_NE(calls[0].find(std::string(test::kSourceDir) + "/slurm/study_array.sbatch " + dir + "/slurm/study.list"),
+            std::string::npos) << calls[0];
+  EXPECT_EQ(calls[1].find("--dependency"), std::string::npos) << calls[1];  // its post-grow finished
+  EXPECT_NE(calls[1].find("--array=3 "), std::string::npos) << calls[1];
+  EXPECT_NE(calls[2].find("--array=8 --dependency=afterok:101_7 "), std::string::npos) << calls[2];
+  EXPECT_NE(read_file(dir + "/submit.txt").find("post-grow/seed1: finished, skipped"), std::string::npos);
 }
 
 }  // namespace
