@@ -74,6 +74,140 @@ class MergeTable {
   size_t mask_ = 0;
 };
 
+
+// tokenizer.json is 7 MB, almost all of it model.vocab (151,643 entries) and model.merges
+// (151,387 pairs). A DOM of those (std::map nodes, one json per string) costs more than the rest of
+// loading, so this SAX handler streams them into flat vectors and builds a DOM for everything else.
+class TokenizerJsonReader final : public nlohmann::json_sax<json> {
+ public:
+  json root;
+  std::vector<std::pair<std::string, int64_t>> vocab;
+  std::vector<std::pair<std::string, std::string>> merges;
+  bool saw_vocab = false, saw_merges = false;
+  std::string problem;  // structural problem inside vocab/merges ("" = none)
+
+  bool null() override { return value(json(nullptr)); }
+  bool boolean(bool v) override { return value(json(v)); }
+  bool number_integer(number_integer_t v) override { return integer(v); }
+  bool number_unsigned(number_unsigned_t v) override { return integer(int64_t(v)); }
+  bool number_float(number_float_t v, const string_t&) override {
+    if (mode_ != kNormal) return bad("a number where an id or a merge was expected");
+    return value(json(v));
+  }
+  bool string(string_t& v) override {
+    if (mode_ == kVocab) return bad("a string where a token id was expected");
+    if (mode_ == kMerges) {
+      if (depth_in_ == 1) {  // "left right" form
+        const size_t sp = v.find(' ');
+        if (sp == std::string::npos || v.find(' ', sp + 1) != std::string::npos)
+          return bad("merge " + std::to_string(merges.size()) + " is not \"left right\"");
+        merges.emplace_back(v.substr(0, sp), v.substr(sp + 1));
+        return true;
+      }
+      pair_.push_back(std::move(v));
+      return true;
+    }
+    return value(json(std::move(v)));
+  }
+  bool binary(binary_t&) override { return bad("binary value"); }
+  bool start_object(std::size_t) override {
+    if (mode_ != kNormal) {
+      if (mode_ == kVocab && depth_in_ == 0) { ++depth_in_; return true; }
+      return bad("an object inside model.vocab or model.merges");
+    }
+    if (path_is("vocab")) { mode_ = kVocab; saw_vocab = true; depth_in_ = 0; return start_object(0); }
+    return open(json::object());
+  }
+  bool key(string_t& k) override {
+    if (mode_ == kVocab) { key_ = std::move(k); return true; }
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() override {
+    if (mode_ == kVocab) { mode_ = kNormal; return true; }
+    return close();
+  }
+  bool start_array(std::size_t) override {
+    if (mode_ == kMerges) {
+      if (depth_in_ != 1) return bad("nested arrays inside a merge");
+      ++depth_in_;
+      pair_.clear();
+      return true;
+    }
+    if (mode_ == kVocab) return bad("an array inside model.vocab");
+    if (path_is("merges")) { mode_ = kMerges; saw_merges = true; depth_in_ = 1; return true; }
+    return open(json::array());
+  }
+  bool end_array() override {
+    if (mode_ == kMerges) {
+      if (depth_in_ == 2) {
+        if (pair_.size() != 2) return bad("merge " + std::to_string(merges.size()) + " is not [left, right]");
+        merges.emplace_back(std::move(pair_[0]), std::move(pair_[1]));
+        --depth_in_;
+        return true;
+      }
+      mode_ = kNormal;
+      return true;
+    }
+    return close();
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    throw_error_ = e.what();
+    return false;
+  }
+  const std::string& parse_error_message() const { return throw_error_; }
+
+ private:
+  enum Mode { kNormal, kVocab, kMerges };
+  bool integer(int64_t v) {
+    if (mode_ == kVocab) { vocab.emplace_back(std::move(key_), v); return true; }
+    if (mode_ == kMerges) return bad("a number inside model.merges");
+    return value(json(v));
+  }
+  bool bad(const std::string& why) {
+    if (problem.empty()) problem = why;
+    return false;
+  }
+  // The container being opened sits at model.<name>.
+  bool path_is(const char* name) const {
+    return stack_.size() == 2 && stack_[1].second == "model" && stack_.back().first->is_object() && key_ == name;
+  }
+  json* place(json v) {
+    if (stack_.empty()) {
+      root = std::move(v);
+      return &root;
+    }
+    json& top = *stack_.back().first;
+    if (top.is_array()) {
+      top.push_back(std::move(v));
+      return &top.back();
+    }
+    json& slot = top[key_];
+    slot = std::move(v);
+    return &slot;
+  }
+  bool value(json v) {
+    place(std::move(v));
+    return true;
+  }
+  bool open(json v) {
+    const std::string k = stack_.empty() ? "" : (stack_.back().first->is_array() ? "[]" : key_);
+    stack_.emplace_back(place(std::move(v)), k);
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    return true;
+  }
+
+  Mode mode_ = kNormal;
+  int depth_in_ = 0;
+  std::string key_;
+  std::vector<std::string> pair_;
+  std::vector<std::pair<json*, std::string>> stack_;  // open containers and the key each sits under
+  std::string throw_error_;
+};
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open tokenizer file: " + std::strerror(errno));
@@ -167,12 +301,16 @@ class Qwen3Tokenizer final : public Tokenizer {
 };
 
 void Qwen3Tokenizer::load(const std::string& text) {
-  json doc;
+  TokenizerJsonReader reader;
+  bool parsed = false;
   try {
-    doc = json::parse(text);
+    parsed = json::sax_parse(text, &reader);
   } catch (const json::exception& e) {
     fail("file", std::string("not valid JSON: ") + e.what());
   }
+  if (!reader.problem.empty()) fail(reader.saw_merges ? "model.merges" : "model.vocab", reader.problem);
+  if (!parsed) fail("file", "not valid JSON: " + reader.parse_error_message());
+  const json& doc = reader.root;
   auto expect = [&](const json& j, const char* key, const std::string& where) -> const json& {
     if (!j.is_object() || !j.contains(key)) fail(where, std::string("missing \"") + key + "\"");
     return j.at(key);
@@ -225,8 +363,7 @@ void Qwen3Tokenizer::load(const std::string& text) {
   std::array<int, 512> byte_of_cp;
   byte_of_cp.fill(-1);
   for (int b = 0; b < 256; ++b) byte_of_cp[alphabet[size_t(b)]] = b;
-  const json& vocab = expect(model, "vocab", "model");
-  if (!vocab.is_object() || vocab.empty()) fail("model.vocab", "must be a non-empty object");
+  if (!reader.saw_vocab || reader.vocab.empty()) fail("model.vocab", "missing or empty");
   std::vector<std::string> bytes;
   std::vector<bool> seen;
   auto assign = [&](int64_t id, std::string b, const std::string& where) {
@@ -236,9 +373,8 @@ void Qwen3Tokenizer::load(const std::string& text) {
     seen[size_t(id)] = true;
     bytes[size_t(id)] = std::move(b);
   };
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    const std::string& s = it.key();
-    if (!it.value().is_number_integer()) fail("model.vocab[" + json(s).dump() + "]", "id must be an integer");
+  for (auto& [str, id] : reader.vocab) {
+    const std::string& s = str;
     std::string raw;
     const auto* p = reinterpret_cast<const unsigned char*>(s.data());
     for (size_t i = 0; i < s.size();) {
@@ -248,7 +384,7 @@ void Qwen3Tokenizer::load(const std::string& text) {
         fail("model.vocab[" + json(s).dump() + "]", "character outside the byte-level alphabet");
       raw.push_back(char(byte_of_cp[cp]));
     }
-    assign(it.value().get<int64_t>(), std::move(raw), "model.vocab[" + json(s).dump() + "]");
+    assign(id, std::move(raw), "model.vocab[" + json(s).dump() + "]");
   }
   const size_t num_bpe = bytes.size();
   for (size_t id = 0; id < num_bpe; ++id)
@@ -318,45 +454,35 @@ void Qwen3Tokenizer::load(const std::string& text) {
   }
 
   // Merges: rank = position in the list.
-  const json& merges = expect(model, "merges", "model");
-  if (!merges.is_array()) fail("model.merges", "must be an array");
-  merges_.init(merges.size());
-  auto to_raw = [&](const std::string& s, const std::string& where) {
-    std::string raw;
-    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-    for (size_t i = 0; i < s.size();) {
+  if (!reader.saw_merges) fail("model.merges", "missing");
+  merges_.init(reader.merges.size());
+  std::string ra, rb;
+  auto to_raw = [&](const std::string& in, std::string& raw, size_t r) {
+    raw.clear();
+    const auto* p = reinterpret_cast<const unsigned char*>(in.data());
+    for (size_t i = 0; i < in.size();) {
       char32_t cp;
       i += size_t(decode_utf8(p + i, cp));
-      if (cp >= byte_of_cp.size() || byte_of_cp[cp] < 0) fail(where, "character outside the byte-level alphabet");
+      if (cp >= byte_of_cp.size() || byte_of_cp[cp] < 0)
+        fail("model.merges[" + std::to_string(r) + "]", "character outside the byte-level alphabet");
       raw.push_back(char(byte_of_cp[cp]));
     }
-    return raw;
   };
-  for (size_t r = 0; r < merges.size(); ++r) {
-    const std::string where = "model.merges[" + std::to_string(r) + "]";
-    const json& m = merges[r];
-    std::string a, b;
-    if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      a = m[0].get<std::string>();
-      b = m[1].get<std::string>();
-    } else if (m.is_string()) {
-      const std::string s = m.get<std::string>();
-      const size_t sp = s.find(' ');
-      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) fail(where, "expected \"left right\"");
-      a = s.substr(0, sp);
-      b = s.substr(sp + 1);
-    } else {
-      fail(where, "expected [left, right]");
-    }
-    const std::string ra = to_raw(a, where), rb = to_raw(b, where);
-    const int32_t ia = find_word(ra), ib = find_word(rb), im = find_word(ra + rb);
-    if (ia < 0 || ib < 0) fail(where, "merges a token that is not in the vocabulary");
-    if (im < 0) fail(where, "its result is not in the vocabulary");
+  uint64_t merges_fp = hash64("merges");
+  for (size_t r = 0; r < reader.merges.size(); ++r) {
+    to_raw(reader.merges[r].first, ra, r);
+    to_raw(reader.merges[r].second, rb, r);
+    const int32_t ia = find_word(ra), ib = find_word(rb);
+    ra += rb;
+    const int32_t im = find_word(ra);
+    if (ia < 0 || ib < 0) fail("model.merges[" + std::to_string(r) + "]", "merges a token that is not in the vocabulary");
+    if (im < 0) fail("model.merges[" + std::to_string(r) + "]", "its result is not in the vocabulary");
     merges_.insert(ia, ib, (uint64_t(r) << 32) | uint32_t(im));
+    merges_fp = mix64(merges_fp ^ ((uint64_t(uint32_t(ia)) << 32) | uint32_t(ib)));
   }
   whole_ = std::make_unique<std::atomic<uint8_t>[]>(num_bpe);
   for (size_t id = 0; id < num_bpe; ++id) whole_[id].store(0, std::memory_order_relaxed);
-  fingerprint_ = mix64(fp ^ hash64(merges.dump()));
+  fingerprint_ = mix64(fp ^ merges_fp);
 }
 
 void Qwen3Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {
