@@ -59,7 +59,7 @@ CoordinatorOptions fast_coordinator(int world, const Secret& secret, LogSink& lo
   o.secret = secret;
   o.bind = "127.0.0.1";
   o.heartbeat_s = 0.05;
-  o.watchdog_s = 1.0;
+  o.watchdog_s = 3.0;  // generous: ctest runs tests in parallel on small machines
   o.connect_timeout_s = 10;
   o.auth_timeout_s = 0.3;
   o.log = log.fn();
@@ -74,7 +74,7 @@ AgentOptions fast_agent(int rank, int world, const Secret& secret, LogSink& log)
   o.role = "student " + std::to_string(rank);
   o.secret = secret;
   o.heartbeat_s = 0.05;
-  o.watchdog_s = 1.0;
+  o.watchdog_s = 3.0;
   o.connect_timeout_s = 5;
   o.log = log.fn();
   return o;
@@ -480,8 +480,10 @@ TEST(ControlSecurity, ThousandRapidConnectsLeaveRealAgentsStepsArrivingUnchanged
   EXPECT_EQ(connected, 1000);
   EXPECT_EQ(regressions, 0);
   EXPECT_EQ(mismatches, 0);
-  EXPECT_LT(worst_age, 1.0) << "a real agent's heartbeat went stale during the flood";
-  EXPECT_GE(job.coord->stats().accepted, 1000u);
+  EXPECT_LT(worst_age, 2.0) << "a real agent's heartbeat went stale during the flood";
+  // The kernel completes connects before the coordinator accepts them; the backlog drains soon.
+  EXPECT_TRUE(eventually([&] { return job.coord->stats().accepted >= 1000u; }, 10))
+      << job.coord->stats().accepted << " accepted";
   // The steps the trainers report now still reach the coordinator.
   const int64_t now0 = job.t0->step;
   EXPECT_TRUE(eventually([&] { return step_of(*job.coord, 0) >= now0; }, 5));
@@ -524,7 +526,9 @@ TEST(ControlWatchdog, KilledAgentProcessAbortsEveryOtherRankNamingRankHostAndLas
 TEST(ControlWatchdog, FrozenProcessAbortsTheJobAndOtherProcessesExitNonZeroWithTheMessage) {
   const Secret secret = generate_secret();
   LogSink log;
-  Coordinator coord(fast_coordinator(3, secret, log));
+  CoordinatorOptions co = fast_coordinator(3, secret, log);
+  co.watchdog_s = 1.0;
+  Coordinator coord(co);
   AbortCatcher c0;
   AgentOptions o0 = fast_agent(0, 3, secret, log);
   o0.on_abort = c0.fn();
@@ -542,7 +546,7 @@ TEST(ControlWatchdog, FrozenProcessAbortsTheJobAndOtherProcessesExitNonZeroWithT
   const std::string err = other.err();
   EXPECT_NE(err.find("ABORT: rank 1 on child-host-1"), std::string::npos) << err;
   EXPECT_NE(err.find("no heartbeat for"), std::string::npos) << err;
-  ASSERT_TRUE(c0.get().has_value());
+  ASSERT_TRUE(eventually([&] { return c0.get().has_value(); }, 5));
   EXPECT_EQ(c0.get()->rank, 1);
   frozen.signal(SIGKILL);
   EXPECT_TRUE(frozen.wait_exit(5).has_value());
@@ -552,7 +556,7 @@ TEST(ControlWatchdog, JobWideStallAbortsNamingTheRankThatStoppedFirst) {
   const Secret secret = generate_secret();
   LogSink log;
   CoordinatorOptions co = fast_coordinator(2, secret, log);
-  co.watchdog_s = 0.6;
+  co.watchdog_s = 1.0;
   Coordinator coord(co);
   AbortCatcher c0;
   AgentOptions o0 = fast_agent(0, 2, secret, log), o1 = fast_agent(1, 2, secret, log);
@@ -601,6 +605,53 @@ TEST(ControlWatchdog, LosingTheCoordinatorAbortsEveryAgent) {
   EXPECT_EQ(c1.get()->rank, 0) << "the hosting rank named in the coordinator's pings";
   EXPECT_NE(c1.get()->message.find("rank 0 on host-0"), std::string::npos) << c1.get()->message;
   std::filesystem::remove_all(dir);
+}
+
+TEST(ControlWatchdog, FrozenCoordinatorMakesAgentsAbortAfterTheWatchdogTimeout) {
+  const Secret secret = generate_secret();
+  const auto dir = std::filesystem::temp_directory_path() / ("deepen_coordstop_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string file = (dir / "endpoint").string();
+  std::filesystem::remove(file);
+  ChildProcess coordinator({{"DEEPEN_CONTROL_CHILD", "coordinator"}, {"CHILD_WORLD", "1"},
+                            {"DEEPEN_JOB_SECRET", secret_hex(secret)}, {"CHILD_ENDPOINT_FILE", file}},
+                           "frozen_coordinator");
+  const Endpoint ep = wait_for_endpoint_file(file, 15);
+  LogSink log;
+  AbortCatcher c0;
+  AgentOptions o0 = fast_agent(0, 1, secret, log);
+  o0.on_abort = c0.fn();
+  o0.watchdog_s = 1.0;
+  Agent a0(o0);
+  a0.connect(ep);
+  coordinator.signal(SIGSTOP);  // its socket stays open: only the silence tells
+  ASSERT_TRUE(eventually([&] { return c0.get().has_value(); }, 10));
+  EXPECT_NE(c0.get()->message.find("silent for"), std::string::npos) << c0.get()->message;
+  coordinator.signal(SIGKILL);
+  std::filesystem::remove_all(dir);
+}
+
+// A rank whose trainer throws leaves without shutdown(): the Agent's destructor drops the
+// connection, and the others abort at once instead of waiting in a collective for it.
+TEST(ControlWatchdog, AgentDestroyedWithoutShutdownAbortsTheOthers) {
+  const Secret secret = generate_secret();
+  LogSink log;
+  Coordinator coord(fast_coordinator(2, secret, log));
+  AbortCatcher c0;
+  AgentOptions o0 = fast_agent(0, 2, secret, log);
+  o0.on_abort = c0.fn();
+  Agent a0(o0);
+  a0.connect(coord.endpoint());
+  {
+    Agent a1(fast_agent(1, 2, secret, log));
+    a1.connect(coord.endpoint());
+    a1.report(4, 0, 1);
+    ASSERT_TRUE(eventually([&] { return step_of(coord, 1) == 4; }, 10));
+  }
+  ASSERT_TRUE(eventually([&] { return c0.get().has_value(); }, 10));
+  EXPECT_EQ(c0.get()->rank, 1);
+  EXPECT_EQ(c0.get()->step, 4);
+  EXPECT_NE(c0.get()->message.find("control connection lost"), std::string::npos) << c0.get()->message;
 }
 
 TEST(ControlWatchdog, RankLeavingWithAnErrorAbortsTheOthersWithItsMessage) {
@@ -799,7 +850,7 @@ TEST(ControlMetricsHttp, ScrapeReturnsValidPrometheusTextWhoseStepIncreases) {
   EXPECT_GT(step_after, step_before);
   EXPECT_EQ(test::prom_value(second, "deepen_world_size"), 2);
   EXPECT_EQ(test::prom_value(second, "deepen_ranks_connected"), 2);
-  EXPECT_LT(test::prom_value(second, "deepen_heartbeat_age_seconds", "1"), 1.0);
+  EXPECT_LT(test::prom_value(second, "deepen_heartbeat_age_seconds", "1"), 3.0);
   EXPECT_GT(test::prom_value(second, "deepen_train_loss", "1"), 0);
   for (const char* family : {"deepen_step", "deepen_stage", "deepen_active_depth", "deepen_heartbeat_age_seconds",
                              "deepen_train_loss"}) {
