@@ -90,6 +90,8 @@ struct Coordinator::Impl : std::enable_shared_from_this<Coordinator::Impl> {
   asio::steady_timer watchdog_timer{io};
   asio::steady_timer ping_timer{io};
   asio::steady_timer stop_timer{io};
+  asio::steady_timer accept_retry{io};
+  asio::steady_timer http_accept_retry{io};
   std::thread thread;
   Endpoint advertised;
   std::optional<Endpoint> metrics_advertised;
@@ -540,8 +542,15 @@ void Coordinator::Impl::accept() {
         sessions.insert(s);
         s->start();
       }
+      accept();
+      return;
     }
-    accept();
+    // Out of descriptors or similar: retrying at once would spin; retry shortly.
+    log_limited("accept failed: " + ec.message());
+    accept_retry.expires_after(std::chrono::milliseconds(50));
+    accept_retry.async_wait([this](const error_code& e) {
+      if (!e && !stopping) accept();
+    });
   });
 }
 
@@ -555,8 +564,13 @@ void Coordinator::Impl::accept_http() {
       } else {
         std::make_shared<HttpSession>(*this, std::move(socket))->start();
       }
+      accept_http();
+      return;
     }
-    accept_http();
+    http_accept_retry.expires_after(std::chrono::milliseconds(50));
+    http_accept_retry.async_wait([this](const error_code& e) {
+      if (!e && !stopping) accept_http();
+    });
   });
 }
 
@@ -760,6 +774,8 @@ void Coordinator::stop() {
     im.watchdog_timer.cancel();
     im.ping_timer.cancel();
     im.stop_timer.cancel();
+    im.accept_retry.cancel();
+    im.http_accept_retry.cancel();
     const auto copy = im.sessions;
     for (const auto& s : copy) {
       if (s->authed()) {
