@@ -87,6 +87,7 @@ struct Trainer {
   int64_t freeze_at = -1;  // stop reporting progress after this many steps (simulated hang)
   std::atomic<bool> running{true};
   std::atomic<int64_t> step{0};
+  std::atomic<bool> finished{false};  // set after stopped_at / error are final: read them only then
   std::optional<int64_t> stopped_at;
   std::string error;
   std::thread thread;
@@ -113,6 +114,7 @@ struct Trainer {
         const auto stop = agent.stop_step(s);
         if (stop && s == *stop) {
           stopped_at = s;
+          finished = true;
           return;
         }
         if (period.count() > 0) std::this_thread::sleep_for(period);
@@ -124,6 +126,7 @@ struct Trainer {
       }
     } catch (const std::exception& e) {
       error = e.what();
+      finished = true;
     }
   }
 };
@@ -357,7 +360,8 @@ struct RealJob {
     EXPECT_FALSE(coord->aborted().has_value()) << coord->aborted()->message;
     EXPECT_FALSE(a0->aborted().has_value());
     EXPECT_FALSE(a1->aborted().has_value());
-    EXPECT_TRUE(t0->error.empty()) << t0->error;
+    EXPECT_FALSE(t0->finished) << t0->error;
+    EXPECT_FALSE(t1->finished) << t1->error;
     for (const auto& r : coord->ranks()) {
       if (r.rank < 2) EXPECT_EQ(r.state, RankState::kConnected) << "rank " << r.rank;
     }
@@ -518,7 +522,7 @@ TEST(ControlWatchdog, KilledAgentProcessAbortsEveryOtherRankNamingRankHostAndLas
     EXPECT_NE(info.message.find("connection lost"), std::string::npos) << info.message;
   }
   // The trainers, blocked or not, learn it at their next step boundary instead of hanging.
-  ASSERT_TRUE(eventually([&] { return !t0.error.empty() && !t1.error.empty(); }, 5));
+  ASSERT_TRUE(eventually([&] { return t0.finished && t1.finished; }, 5));
   EXPECT_NE(t0.error.find("rank 2 on child-host-2"), std::string::npos) << t0.error;
   EXPECT_EQ(child.wait_exit(5), 128 + SIGKILL);
 }
@@ -782,7 +786,7 @@ TEST(ControlStop, RanksRacingAtFullSpeedAllAgreeAndNoneOvershoots) {
     agents[rng() % 4]->request_stop("test round " + std::to_string(round));
     for (size_t r = 0; r < trainers.size(); ++r) {
       auto& t = trainers[r];
-      ASSERT_TRUE(eventually([&] { return t->stopped_at.has_value() || !t->error.empty(); }, 20))
+      ASSERT_TRUE(eventually([&] { return t->finished.load(); }, 20))
           << "round " << round << " rank " << r << " at step " << t->step << " never stopped; log:\n"
           << [&] {
                std::lock_guard lock(log.mu);
