@@ -42,8 +42,8 @@ ClassMeans means_of_finite(const at::Tensor& values, const at::Tensor& token_cla
     all_sum += sum[k];
     all_count += count[k];
     if (count[k] == 0) continue;
-    out.mean[kTokenClassNames[k]] = sum[k] / static_cast<double>(count[k]);
-    out.tokens[kTokenClassNames[k]] = count[k];
+    out.mean[token_class_name(static_cast<TokenClass>(k))] = sum[k] / static_cast<double>(count[k]);
+    out.tokens[token_class_name(static_cast<TokenClass>(k))] = count[k];
   }
   if (all_count > 0) {
     out.mean["all"] = all_sum / static_cast<double>(all_count);

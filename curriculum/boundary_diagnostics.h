@@ -10,12 +10,12 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
+#include "data/tokenizer.h"
+
 namespace deepen {
 
-// Token classes of DESIGN.md §1, as the values of a [B, T] class tensor (the tokenizer side
-// classifies ids; position 0 of every sequence is `first` whatever its id).
-enum TokenClass : int64_t { kTokenFirst = 0, kTokenSpecial = 1, kTokenStructural = 2, kTokenContent = 3 };
-inline constexpr std::array<const char*, 4> kTokenClassNames = {"first", "special", "structural", "content"};
+// Token classes of DESIGN.md §1 are data/tokenizer.h's TokenClass; a [B, T] class tensor holds
+// their integer values (classify_tokens: position 0 of every sequence is `first` whatever its id).
 
 // The mean of a per-token quantity over each class that has tokens, and over all tokens ("all").
 // Classes without a token in the batch are absent (not 0, which would read as a measurement).

@@ -19,4 +19,11 @@ inline constexpr int kExitFailure = 1;   // a bug, a dead peer, an I/O error
 inline constexpr int kExitBadInput = 2;  // InputError
 inline constexpr int kExitRequeue = 3;   // coordinated stop after SIGTERM/SIGUSR1: requeue me
 
+// Thrown by a command whose outcome must reach the exit code without being an error (a run that
+// stopped with a checkpoint exits kExitRequeue); main returns `code`.
+struct ExitRequest {
+  int code;
+  explicit ExitRequest(int c) : code(c) {}
+};
+
 }  // namespace deepen

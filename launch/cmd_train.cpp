@@ -1,0 +1,53 @@
+// `deepen train` (distillation) and `deepen pretrain` (CE only: the demo teacher and the no-teacher
+// baseline), single process.
+#include <iostream>
+#include <memory>
+
+#include <CLI/CLI.hpp>
+
+#include "launch/command_line.h"
+#include "launch/input_error.h"
+#include "launch/student_job.h"
+
+namespace deepen {
+namespace {
+
+struct TrainCommand {
+  ConfigOptions config;
+  bool fresh = false;
+  int64_t stop_after = 0;
+  bool quiet = false;
+};
+
+void add_training_command(CLI::App& app, const char* name, const char* help, bool distill) {
+  auto opts = std::make_shared<TrainCommand>();
+  CLI::App* cmd = app.add_subcommand(name, help);
+  add_config_options(*cmd, opts->config);
+  cmd->add_flag("--fresh", opts->fresh,
+                "ignore existing checkpoints in run.out_dir (default: resume from the newest valid one)");
+  cmd->add_option("--stop-after", opts->stop_after,
+                  "stop with a checkpoint after this many optimizer steps (exit code 3, like a preemption)");
+  cmd->add_flag("--quiet", opts->quiet, "no per-step progress lines");
+  cmd->callback([opts, distill] {
+    const Config cfg = load_config(opts->config);
+    if (opts->config.dry_run) return;
+    JobOptions job;
+    job.resume = !opts->fresh;
+    if (opts->stop_after > 0) job.stop_after_steps = opts->stop_after;
+    job.print_progress = !opts->quiet;
+    const int rc = distill ? run_train_job(cfg, job) : run_pretrain_job(cfg, job);
+    if (rc != kExitOk) throw ExitRequest(rc);
+  });
+}
+
+}  // namespace
+
+void register_train_command(CLI::App& app) {
+  add_training_command(app, "train", "distil the teacher into the growing student (single process)", true);
+}
+
+void register_pretrain_command(CLI::App& app) {
+  add_training_command(app, "pretrain", "train a model on next-token CE alone (the demo teacher, baselines)", false);
+}
+
+}  // namespace deepen

@@ -1,0 +1,70 @@
+// Single-process jobs: wires tokenizer, data, teacher and the solo student group into the trainer.
+#include "launch/student_job.h"
+
+#include <memory>
+
+#include "data/tokenizer.h"
+#include "launch/input_error.h"
+#include "model/teacher_stage.h"
+#include "train/shard_batch_source.h"
+#include "train/student_group.h"
+#include "train/student_trainer.h"
+#include "train/teacher_source.h"
+
+namespace deepen {
+namespace {
+
+int64_t student_vocab(const Config& cfg, const Tokenizer& tok) {
+  const int64_t v = cfg.student.vocab_size > 0 ? cfg.student.vocab_size : tok.padded_vocab_size();
+  if (v < tok.vocab_size())
+    throw InputError(cfg.source + ": student.vocab_size: " + std::to_string(v) + " is smaller than the " +
+                     tok.name() + " tokenizer's " + std::to_string(tok.vocab_size()) + " ids");
+  return v;
+}
+
+int run_job(const Config& cfg, const JobOptions& options, bool distill) {
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(cfg.data.tokenizer);
+  const int64_t vocab = student_vocab(cfg, *tokenizer);
+  const std::unique_ptr<BatchSource> batches = make_shard_batch_source(cfg, *tokenizer);
+
+  std::unique_ptr<LocalTeacher> teacher;
+  if (distill) {
+    if (cfg.teacher.checkpoint.empty())
+      throw InputError(cfg.source + ": teacher.checkpoint: required by `deepen train` (a Hugging Face folder)");
+    const Qwen3Config tc = read_qwen3_config(cfg.teacher.checkpoint + "/config.json");
+    if (tc.vocab_size != vocab)
+      throw InputError(cfg.teacher.checkpoint + "/config.json: vocab_size: the teacher has " +
+                       std::to_string(tc.vocab_size) + " rows, the student " + std::to_string(vocab) + " (" +
+                       tokenizer->name() + " tokenizer" +
+                       (cfg.student.vocab_size > 0 ? ", student.vocab_size" : ", padded") + ")");
+    auto stage = TeacherStage::load(cfg.teacher.checkpoint, 0, static_cast<int>(tc.num_hidden_layers), true, true,
+                                    cfg.teacher.dtype == "bf16" ? at::kBFloat16 : at::kFloat);
+    const DistillLossOptions lo = distill_loss_options(cfg.distill);
+    teacher = std::make_unique<LocalTeacher>(stage, cfg.distill.logits == "topk" ? cfg.distill.topk : 0,
+                                             cfg.distill.temperature, lo.tail, cfg.distill.vocab_chunk);
+  }
+  SoloStudentGroup group;
+  StudentRun run;
+  run.cfg = cfg;
+  if (cfg.parallel.students != 1) {
+    // One process plays every data-parallel student in turn: same global batch, same numbers.
+    run.cfg.parallel.grad_accum = cfg.parallel.grad_accum * cfg.parallel.students;
+    run.cfg.parallel.students = 1;
+  }
+  run.tokenizer = tokenizer.get();
+  run.batches = batches.get();
+  run.teacher = teacher.get();
+  run.group = &group;
+  run.vocab_size = vocab;
+  run.resume = options.resume;
+  run.stop_after_steps = options.stop_after_steps;
+  run.print_progress = options.print_progress;
+  return run_student(run) == RunOutcome::kFinished ? kExitOk : kExitRequeue;
+}
+
+}  // namespace
+
+int run_pretrain_job(const Config& cfg, const JobOptions& options) { return run_job(cfg, options, false); }
+int run_train_job(const Config& cfg, const JobOptions& options) { return run_job(cfg, options, true); }
+
+}  // namespace deepen

@@ -1,0 +1,72 @@
+// AdamW update with per-parameter state addressed by name.
+#include "train/adamw.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+
+namespace deepen {
+
+void AdamW::add(const std::string& name, const at::Tensor& param) {
+  auto it = params_.find(name);
+  if (it != params_.end()) {
+    it->second.param = param;
+    return;
+  }
+  Slot slot;
+  slot.param = param;
+  slot.exp_avg = at::zeros_like(param, at::MemoryFormat::Contiguous);
+  slot.exp_avg_sq = at::zeros_like(param, at::MemoryFormat::Contiguous);
+  params_.emplace(name, std::move(slot));
+}
+
+void AdamW::step(double lr) {
+  at::NoGradGuard no_grad;
+  for (auto& [name, s] : params_) {
+    const at::Tensor& grad = s.param.grad();
+    if (!grad.defined() || !s.param.requires_grad()) continue;
+    s.step += 1;
+    if (options_.weight_decay > 0 && s.param.dim() >= 2) s.param.mul_(1.0 - lr * options_.weight_decay);
+    s.exp_avg.mul_(options_.beta1).add_(grad, 1.0 - options_.beta1);
+    s.exp_avg_sq.mul_(options_.beta2).addcmul_(grad, grad, 1.0 - options_.beta2);
+    const double bc1 = 1.0 - std::pow(options_.beta1, static_cast<double>(s.step));
+    const double bc2 = 1.0 - std::pow(options_.beta2, static_cast<double>(s.step));
+    const at::Tensor denom = (s.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(options_.eps);
+    s.param.addcdiv_(s.exp_avg, denom, -lr / bc1);
+  }
+}
+
+void AdamW::zero_grad() {
+  for (auto& [name, s] : params_) {
+    // Dropping the gradient (not zeroing it) keeps frozen parameters gradient-free, so step()
+    // can tell them apart by grad().defined().
+    s.param.mutable_grad() = at::Tensor();
+  }
+}
+
+std::vector<std::pair<std::string, at::Tensor>> AdamW::state_tensors() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& [name, s] : params_) {
+    out.emplace_back(name + ".exp_avg", s.exp_avg);
+    out.emplace_back(name + ".exp_avg_sq", s.exp_avg_sq);
+    out.emplace_back(name + ".step", at::full({1}, s.step, at::kLong));
+  }
+  return out;
+}
+
+void AdamW::load_state(const std::map<std::string, at::Tensor>& tensors) {
+  at::NoGradGuard no_grad;
+  auto get = [&](const std::string& key) -> const at::Tensor& {
+    auto it = tensors.find(key);
+    if (it == tensors.end()) throw std::runtime_error("optimizer state: missing " + key);
+    return it->second;
+  };
+  for (auto& [name, s] : params_) {
+    s.exp_avg.copy_(get(name + ".exp_avg"));
+    s.exp_avg_sq.copy_(get(name + ".exp_avg_sq"));
+    s.step = get(name + ".step").item<int64_t>();
+  }
+}
+
+}  // namespace deepen

@@ -1,0 +1,55 @@
+// AdamW keyed by parameter name, so growth adds fresh state and checkpoints store it by name.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace deepen {
+
+struct AdamWOptions {
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+};
+
+// The update is torch.optim.AdamW's (decoupled decay, bias-corrected moments). Decay applies to
+// matrices only: norms' gains and 1-D parameters are not pulled toward zero, as in most LLM recipes.
+// Parameters are registered by name; a parameter registered later (a grown block) starts with
+// fresh moments and its own step count, while existing parameters keep theirs across growth.
+class AdamW {
+ public:
+  explicit AdamW(AdamWOptions options) : options_(options) {}
+
+  // Registers (or re-binds after a resume) a parameter. Frozen parameters may stay registered:
+  // a parameter without a gradient is skipped, its state untouched.
+  void add(const std::string& name, const at::Tensor& param);
+
+  void step(double lr);
+  void zero_grad();
+
+  // Moments and step counts as named tensors ("<name>.exp_avg", "<name>.exp_avg_sq",
+  // "<name>.step" as a 1-element int64), for checkpoints.
+  std::vector<std::pair<std::string, at::Tensor>> state_tensors() const;
+  // Restores from state_tensors() output; throws std::runtime_error naming a missing entry.
+  void load_state(const std::map<std::string, at::Tensor>& tensors);
+
+  size_t size() const { return params_.size(); }
+  bool has(const std::string& name) const { return params_.count(name) > 0; }
+
+ private:
+  struct Slot {
+    at::Tensor param;
+    at::Tensor exp_avg;
+    at::Tensor exp_avg_sq;
+    int64_t step = 0;
+  };
+  AdamWOptions options_;
+  std::map<std::string, Slot> params_;
+};
+
+}  // namespace deepen

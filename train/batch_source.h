@@ -1,0 +1,24 @@
+// BatchSource: the micro-batches of a run, derived from (step, student, index) alone.
+#pragma once
+
+#include <cstdint>
+
+#include "train/micro_batch.h"
+
+namespace deepen {
+
+// Implementations must be pure in their arguments: a teacher rank and a student rank asking for the
+// same batch get the same ids, and a resumed run gets the batches the interrupted one would have.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // Micro-batch `micro` of optimizer step `step` for data-parallel student `student`.
+  virtual MicroBatch train(int64_t step, int64_t student, int64_t micro) const = 0;
+  // Validation batch `index` (0 <= index < eval_batches()): the same sequences at every eval.
+  virtual MicroBatch eval(int64_t index) const = 0;
+  virtual int64_t eval_batches() const = 0;
+  // The fixed diagnostic batch.
+  virtual MicroBatch diagnostic() const = 0;
+};
+
+}  // namespace deepen

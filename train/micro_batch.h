@@ -1,0 +1,28 @@
+// MicroBatch: the token ids one student rank trains (or evaluates) on, and where they came from.
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+
+namespace deepen {
+
+// Every rank can rebuild any micro-batch from (kind, step, student, index) through the sampler, so
+// a teacher never has to be told which sequences to run: it derives them, and sends the checksum
+// of the ids it used with its logits so the student can prove both sides agree.
+enum class BatchKind : uint8_t { kTrain = 0, kEval = 1, kDiagnostic = 2 };
+
+struct MicroBatch {
+  BatchKind kind = BatchKind::kTrain;
+  int64_t step = 0;     // optimizer step (train) or the step the eval runs after
+  int64_t student = 0;  // data-parallel student rank this batch belongs to
+  int64_t index = 0;    // micro-batch within the step (train) or eval batch number
+  at::Tensor inputs;    // [B, T] int64
+  at::Tensor labels;    // [B, T] int64: inputs shifted by one
+  uint64_t checksum = 0;  // ids_checksum(inputs)
+};
+
+// FNV-1a 64 over the int64 ids of a contiguous CPU tensor: what a logit channel checks.
+uint64_t ids_checksum(const at::Tensor& ids);
+
+}  // namespace deepen

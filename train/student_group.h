@@ -1,0 +1,40 @@
+// StudentGroup: what data-parallel students agree on (gradients, new blocks, checksums, metrics).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace deepen {
+
+// The trainer talks to its peers only through this. SoloStudentGroup is the single-process case;
+// dist/ provides the one backed by the all-students communicator.
+class StudentGroup {
+ public:
+  virtual ~StudentGroup() = default;
+  virtual int64_t rank() const = 0;
+  virtual int64_t size() const = 0;
+  // Replaces each tensor by the mean over students (gradients after backward).
+  virtual void average(const std::vector<at::Tensor>& tensors) = 0;
+  // Copies student 0's values into every student's tensors (new blocks after growth).
+  virtual void broadcast_from_first(const std::vector<at::Tensor>& tensors) = 0;
+  // Sum of a few doubles over students (loss sums, token counts).
+  virtual std::vector<double> sum(const std::vector<double>& values) = 0;
+  // Throws std::runtime_error naming `what`, the step and the disagreeing ranks unless every
+  // student reports the same checksum.
+  virtual void check_same(uint64_t checksum, const std::string& what, int64_t step) = 0;
+};
+
+class SoloStudentGroup : public StudentGroup {
+ public:
+  int64_t rank() const override { return 0; }
+  int64_t size() const override { return 1; }
+  void average(const std::vector<at::Tensor>&) override {}
+  void broadcast_from_first(const std::vector<at::Tensor>&) override {}
+  std::vector<double> sum(const std::vector<double>& values) override { return values; }
+  void check_same(uint64_t, const std::string&, int64_t) override {}
+};
+
+}  // namespace deepen

@@ -1,0 +1,56 @@
+// The student's training loop: curriculum growth, distillation steps, eval, diagnostics, checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "launch/config.h"
+
+namespace deepen {
+
+class BatchSource;
+class StudentGroup;
+class TeacherSource;
+class Tokenizer;
+
+// What one step reported, for the control plane (/metrics, heartbeats) and progress lines.
+struct StepReport {
+  int64_t step = 0;         // the optimizer step just finished
+  int64_t total_steps = 0;
+  int stage = 0;
+  int64_t depth = 0;
+  double loss = 0, kl = 0, ce = 0, lr = 0;
+  double tokens_per_s = 0;
+  double last_eval_ce = -1;  // -1 until the first eval
+  double last_eval_kl = -1;
+};
+
+// The parts of a run. Single process: SoloStudentGroup and a LocalTeacher (or no teacher for
+// pretraining); distributed: the same loop with dist/'s group and logit-channel teacher.
+struct StudentRun {
+  Config cfg;                            // resolved and validated
+  const Tokenizer* tokenizer = nullptr;   // token classes for diagnostics
+  BatchSource* batches = nullptr;
+  TeacherSource* teacher = nullptr;      // nullptr: CE-only pretraining (distill.alpha ignored, 0)
+  StudentGroup* group = nullptr;
+  int64_t vocab_size = 0;                // rows of the student's embedding/head
+  bool resume = false;                   // continue from the newest valid checkpoint, if any
+  std::optional<int64_t> stop_after_steps;  // stop (checkpointing) once this many steps are done
+  // Polled after every step; returning true stops the run at that step with a checkpoint (a
+  // coordinated stop: every student must return true at the same step).
+  std::function<bool(int64_t steps_done)> stop_requested;
+  std::function<void(const StepReport&)> on_step;
+  bool print_progress = true;            // a line per step on stderr (student 0 only)
+};
+
+enum class RunOutcome { kFinished, kStopped };
+
+// Runs (or resumes) the student to the end of its curriculum, or until stopped. Student 0 writes
+// the run folder: config.toml, metrics/eval/diagnostics JSONL, checkpoints, active-layer-token
+// record and, when finished, final/student.safetensors and the Hugging Face export final/hf.
+// Throws InputError for bad input (data, budgets, a checkpoint from another config).
+RunOutcome run_student(StudentRun& run);
+
+}  // namespace deepen
