@@ -24,6 +24,8 @@ Config load_config(const ConfigOptions& opts);
 
 // Each subcommand lives in its own launch/cmd_*.cpp and registers itself on the app.
 void register_inspect_command(CLI::App& app);
+void register_forward_command(CLI::App& app);
+void register_export_command(CLI::App& app);
 void register_prep_command(CLI::App& app);      // cmd_prep.cpp
 void register_tokenize_command(CLI::App& app);  // cmd_tokenize.cpp
 

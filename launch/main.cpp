@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   // One line per subcommand; each is defined in launch/cmd_<name>.cpp.
   deepen::register_inspect_command(app);
+  deepen::register_forward_command(app);
+  deepen::register_export_command(app);
   deepen::register_prep_command(app);
   deepen::register_tokenize_command(app);
   try {

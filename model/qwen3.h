@@ -1,0 +1,126 @@
+// Qwen3 decoder pieces (RMSNorm, RoPE, GQA attention with QK-norm, SwiGLU MLP, one decoder block
+// with pre- or post-norm placement), numerically as Hugging Face transformers' modeling_qwen3.py.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+namespace deepen {
+
+// Shapes of one decoder layer. head_dim is its own field (Qwen3 sets it independently of
+// hidden / heads: Qwen3-8B has hidden 4096, 32 heads, head_dim 128), never derived.
+struct DecoderSpec {
+  int64_t hidden = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;     // GQA: heads % kv_heads == 0
+  int64_t head_dim = 0;
+  int64_t intermediate = 0;
+  double rope_theta = 1'000'000.0;
+  double rms_eps = 1e-6;
+  bool attention_bias = false;  // q/k/v/o biases (Qwen3 checkpoints: false)
+};
+
+// Throws InputError "<where>: <field> ..." when a size is not positive or heads % kv_heads != 0.
+void validate_decoder_spec(const DecoderSpec& spec, const std::string& where);
+
+// Where RMSNorm sits relative to the residual add.
+//   pre  (Qwen3):  h = x + attn(norm1(x));   y = h + mlp(norm2(h))   final norm before the head
+//   post:          h = norm1(x + attn(x));   y = norm2(h + mlp(h))   no final norm (see student.h)
+enum class NormPlacement { kPre, kPost };
+
+// "pre" -> kPre, "post" -> kPost; anything else throws InputError naming `where`.
+NormPlacement parse_norm_placement(const std::string& text, const std::string& where);
+const char* norm_placement_name(NormPlacement norm);
+
+// HF's Qwen3RMSNorm: normalize in fp32, cast back to x's dtype, THEN multiply by the weight (in
+// the weight's dtype). For bf16 the order matters: weight * bf16(x_hat), not bf16(weight * x_hat).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// cos/sin tables of rotary embedding for positions 0..seq_len-1, [seq_len, head_dim], computed as
+// HF does (inv_freq = 1 / theta^(arange(0, d, 2) / d) in fp32, angle = pos * inv_freq in fp32,
+// emb = cat(angle, angle)) and then cast to the compute dtype.
+struct Rotary {
+  at::Tensor cos;
+  at::Tensor sin;
+};
+Rotary make_rotary(int64_t seq_len, int64_t head_dim, double theta, at::ScalarType dtype,
+                   at::Device device);
+
+// x [B, heads, T, head_dim] -> x * cos + rotate_half(x) * sin, rotate_half being the half-split
+// convention cat(-x2, x1) (not the interleaved-pairs one).
+at::Tensor apply_rotary(const at::Tensor& x, const Rotary& rope);
+
+// Modules below allocate their weights with at::empty (uninitialized, nothing touched) in the
+// given dtype/device, so a 8B-teacher stage is not first built in fp32 and randomly initialized:
+// the owner fills every weight (GrowableStudent draws them, TeacherStage copies the checkpoint's).
+// RMSNorm weights start at 1.
+
+// y = x W^T (+ b), W [out, in] as torch.nn.Linear.
+class ProjectionImpl : public torch::nn::Module {
+ public:
+  ProjectionImpl(int64_t in, int64_t out, bool bias, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x);
+  at::Tensor weight;
+  at::Tensor bias;  // undefined without bias
+};
+TORCH_MODULE(Projection);
+
+// Token embedding table [vocab, hidden].
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(int64_t vocab, int64_t dim, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& ids);
+  at::Tensor weight;
+};
+TORCH_MODULE(Embedding);
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x) { return rms_norm(x, weight, eps); }
+  at::Tensor weight;
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+// Causal self-attention with grouped KV heads and per-head RMSNorm on q and k before RoPE.
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const DecoderSpec& spec, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x, const Rotary& rope);
+  DecoderSpec spec;
+  Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
+};
+TORCH_MODULE(Attention);
+
+// SwiGLU: down(silu(gate(x)) * up(x)).
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(const DecoderSpec& spec, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x);
+  Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+// One decoder block. Its parameter names are Hugging Face's, relative to `model.layers.<i>.`:
+//   self_attn.{q,k,v,o}_proj.weight, self_attn.{q,k}_norm.weight, mlp.{gate,up,down}_proj.weight,
+//   input_layernorm.weight (the attention sub-layer's norm), post_attention_layernorm.weight (the
+//   MLP sub-layer's norm). For post-norm the same two names hold norm1 (after the attention add)
+//   and norm2 (after the MLP add), so one name table serves both placements.
+class DecoderBlockImpl : public torch::nn::Module {
+ public:
+  DecoderBlockImpl(const DecoderSpec& spec, NormPlacement norm, const at::TensorOptions& options);
+  // x: residual stream [B, T, hidden] at positions 0..T-1; rope from make_rotary(T, ...).
+  at::Tensor forward(const at::Tensor& x, const Rotary& rope);
+  NormPlacement placement;
+  Attention self_attn{nullptr};
+  Mlp mlp{nullptr};
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(DecoderBlock);
+
+}  // namespace deepen

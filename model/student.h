@@ -1,0 +1,117 @@
+// GrowableStudent: a Qwen3-style decoder with pre- or post-norm blocks, an active depth that grows
+// (random | copy_last | identity init), prefix freezing and a parameter checksum for data parallel.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+
+#include "model/qwen3.h"
+
+namespace deepen {
+
+struct StudentConfig;
+
+// Everything that fixes the student's shapes and arithmetic.
+struct StudentSpec {
+  DecoderSpec decoder;
+  int64_t vocab_size = 0;
+  int64_t max_depth = 0;  // blocks at the end of the curriculum
+  NormPlacement norm = NormPlacement::kPre;
+  bool tie_embeddings = true;
+  at::ScalarType dtype = at::kFloat;  // parameters and compute: kFloat or kBFloat16
+};
+
+// From the [student] section and the vocabulary size (the tokenizer's, or the teacher's).
+// Throws InputError "student.<key>: ..." on bad values.
+StudentSpec student_spec_from_config(const StudentConfig& cfg, int64_t vocab_size);
+
+// How appended blocks are initialized.
+//   random:    normal(0, 0.02) weights, unit norms, from a generator seeded by (seed, block index),
+//              so block i gets the same weights whenever it is created (a resumed run grows alike).
+//   copy_last: each new block is a copy of the last active block before growth.
+//   identity:  random, then o_proj and down_proj zeroed: with pre-norm both sub-layers add exactly
+//              0 to the residual stream, so the grown model computes the same function. With
+//              post-norm a block still renormalizes its input (norm(x + 0) != x), so identity is
+//              rejected there with InputError.
+enum class GrowInit { kRandom, kCopyLast, kIdentity };
+GrowInit parse_grow_init(const std::string& text, const std::string& where);
+const char* grow_init_name(GrowInit init);
+
+// Where the final norm sits:
+//   pre-norm:  the residual stream is never normalized inside the stack, so (as in Qwen3) a final
+//              RMSNorm `norm` sits between the last active block and the head.
+//   post-norm: every block ends with norm2(h + mlp(h)), so the stack's output is already unit-RMS
+//              times a learned gain; the head reads the last active block's output directly and
+//              there is no `norm` parameter (an extra norm would only add a redundant gain).
+// Parameter names are Hugging Face's without the "model." prefix: embed_tokens.weight,
+// layers.<i>.<block names in qwen3.h>, norm.weight (pre only), lm_head.weight (untied only).
+// Only active blocks exist as modules, so named_parameters(), state_dict and the checksum cover
+// exactly the active model.
+class GrowableStudent : public torch::nn::Module {
+ public:
+  // Builds `depth` blocks (1 <= depth <= spec.max_depth). Every weight is drawn on CPU from a
+  // generator seeded by (seed, what it is), then moved to `device` and spec.dtype.
+  GrowableStudent(const StudentSpec& spec, int64_t depth, uint64_t seed,
+                  at::Device device = at::kCPU);
+
+  const StudentSpec& spec() const { return spec_; }
+  int64_t depth() const { return static_cast<int64_t>(layers_->size()); }
+  uint64_t seed() const { return seed_; }
+  at::Device device() const { return device_; }
+
+  // Adds blocks until depth() == new_depth (<= max_depth, >= depth()). New blocks are trainable.
+  // Throws InputError for a depth out of range or identity init on a post-norm student.
+  void grow_to(int64_t new_depth, GrowInit init);
+  void append(int64_t n, GrowInit init) { grow_to(depth() + n, init); }
+
+  // Freeze control: blocks [0, n_blocks) stop training (requires_grad = false), and so do the
+  // embedding, the final norm and an untied lm_head, so that only the blocks after the prefix
+  // learn. Choice: freezing the input and output ends too keeps tied and untied students the same
+  // experiment (a tied head is the embedding) and makes "only appended blocks train" literal.
+  void freeze_prefix(int64_t n_blocks);
+  void unfreeze_all();
+
+  // 64-bit hash (FNV-1a over 8-byte words) of every active parameter's name, dtype, shape and
+  // bytes, in named_parameters() order. Data-parallel students compare it after growth.
+  uint64_t parameter_checksum() const;
+
+  // Parameters with requires_grad, in named_parameters() order: what the optimizer steps.
+  std::vector<std::pair<std::string, at::Tensor>> named_trainable_parameters() const;
+
+  // ids [B, T] int64 -> embedding [B, T, hidden] (the residual stream entering block 0).
+  at::Tensor embed(const at::Tensor& ids);
+  // Block i (< depth()) on residual input x [B, T, hidden], positions 0..T-1.
+  at::Tensor apply_block(int64_t i, const at::Tensor& x);
+  // Last block's output -> what the head reads: final norm for pre-norm, identity for post-norm.
+  at::Tensor head_input(const at::Tensor& last_block_output);
+  // ids -> head_input(...) [B, T, hidden]: what the loss multiplies by head_weight().
+  at::Tensor forward_hidden(const at::Tensor& ids);
+  // [vocab, hidden]: the embedding when tied, lm_head otherwise.
+  at::Tensor head_weight() const;
+  // ids -> logits [B, T, vocab] (compute dtype).
+  at::Tensor forward(const at::Tensor& ids);
+  // Boundary diagnostics: depth()+1 tensors [B, T, hidden]; entry i is the residual stream
+  // entering block i, the last is the last active block's output (before any final norm).
+  std::vector<at::Tensor> residual_stream(const at::Tensor& ids);
+
+  DecoderBlock block(int64_t i) const;
+
+ private:
+  DecoderBlock make_block(int64_t index) const;  // random init, on device_/dtype
+  Rotary rotary(int64_t seq_len) const;
+
+  StudentSpec spec_;
+  uint64_t seed_;
+  at::Device device_;
+  Embedding embed_tokens_{nullptr};
+  torch::nn::ModuleList layers_{nullptr};
+  RMSNorm norm_{nullptr};           // pre-norm only
+  Projection lm_head_{nullptr};     // untied only
+};
+
+}  // namespace deepen

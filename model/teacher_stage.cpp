@@ -1,0 +1,114 @@
+// TeacherStage: builds empty modules for a layer range and fills them from the checkpoint.
+#include "model/teacher_stage.h"
+
+#include <ATen/ATen.h>
+
+#include "launch/input_error.h"
+#include "model/hf_names.h"
+#include "model/safetensors.h"
+#include "model/tensor_bridge.h"
+
+namespace deepen {
+
+DecoderSpec decoder_spec_from(const Qwen3Config& config) {
+  DecoderSpec spec;
+  spec.hidden = config.hidden_size;
+  spec.heads = config.num_attention_heads;
+  spec.kv_heads = config.num_key_value_heads;
+  spec.head_dim = config.head_dim;
+  spec.intermediate = config.intermediate_size;
+  spec.rope_theta = config.rope_theta;
+  spec.rms_eps = config.rms_norm_eps;
+  spec.attention_bias = config.attention_bias;
+  return spec;
+}
+
+namespace {
+
+// Copies one checked checkpoint tensor into a module parameter (cast to its dtype and device).
+void fill(at::Tensor& param, const SafetensorsCheckpoint& ckpt, const ExpectedTensor& expected,
+          std::vector<std::string>& loaded) {
+  check_expected_tensor(ckpt, expected);  // shape against the config, floating dtype
+  at::NoGradGuard no_grad;
+  param.copy_(checkpoint_tensor(ckpt, expected.name));
+  loaded.push_back(expected.name);
+}
+
+}  // namespace
+
+TeacherStage::TeacherStage(const std::string& dir, int first, int last, bool is_first, bool is_last,
+                           at::ScalarType dtype, at::Device device)
+    : first_(first), last_(last), is_first_(is_first), is_last_(is_last), dtype_(dtype), device_(device) {
+  config_ = read_qwen3_config(dir + "/config.json");
+  spec_ = decoder_spec_from(config_);
+  const int n = static_cast<int>(config_.num_hidden_layers);
+  const std::string range = dir + ": teacher stage [" + std::to_string(first) + ", " +
+                            std::to_string(last) + ")";
+  if (first < 0 || first >= last || last > n)
+    throw InputError(range + ": need 0 <= first < last <= num_hidden_layers = " + std::to_string(n));
+  if (is_first != (first == 0))
+    throw InputError(range + ": the embedding belongs to the stage that starts at layer 0");
+  if (is_last != (last == n))
+    throw InputError(range + ": the head belongs to the stage that ends at layer " + std::to_string(n));
+  if (dtype != at::kFloat && dtype != at::kBFloat16)
+    throw InputError(range + ": compute dtype must be fp32 or bf16");
+
+  const SafetensorsCheckpoint ckpt = SafetensorsCheckpoint::open(dir);
+  const auto options = at::TensorOptions().dtype(dtype).device(device);
+  if (is_first) {
+    const ExpectedTensor e = expected_embedding(config_);
+    embed_tokens_ = register_module("embed_tokens", Embedding(config_.vocab_size, spec_.hidden, options));
+    fill(embed_tokens_->weight, ckpt, e, loaded_);
+  }
+  layers_ = register_module("layers", torch::nn::ModuleList());
+  for (int layer = first; layer < last; ++layer) {
+    DecoderBlock block(spec_, NormPlacement::kPre, options);
+    auto params = block->named_parameters();
+    const std::vector<ExpectedTensor> expected = expected_layer_tensors(config_, layer);
+    if (expected.size() != params.size())
+      throw std::logic_error("TeacherStage: block has " + std::to_string(params.size()) +
+                             " parameters, the HF table lists " + std::to_string(expected.size()));
+    for (const ExpectedTensor& e : expected) {
+      at::Tensor* p = params.find(e.part);
+      if (p == nullptr) throw std::logic_error("TeacherStage: no block parameter named " + e.part);
+      fill(*p, ckpt, e, loaded_);
+    }
+    layers_->push_back(block);
+  }
+  if (is_last) {
+    norm_ = register_module("norm", RMSNorm(spec_.hidden, spec_.rms_eps, options));
+    fill(norm_->weight, ckpt, expected_final_norm(config_), loaded_);
+    const std::optional<ExpectedTensor> head = expected_head(config_);
+    if (!head && is_first) {
+      head_weight_ = embed_tokens_->weight;  // tied, and this stage holds the embedding already
+    } else {
+      // Untied: lm_head.weight. Tied on a later stage: its own copy of the embedding matrix.
+      lm_head_ = register_module("lm_head", Projection(spec_.hidden, config_.vocab_size, false, options));
+      fill(lm_head_->weight, ckpt, head ? *head : expected_embedding(config_), loaded_);
+      head_weight_ = lm_head_->weight;
+    }
+  }
+  opened_files_ = ckpt.opened_files();
+  for (auto& p : parameters()) p.set_requires_grad(false);
+  eval();
+}
+
+at::Tensor TeacherStage::forward(const at::Tensor& input) {
+  at::NoGradGuard no_grad;
+  at::Tensor x;
+  if (is_first_) {
+    if (input.dim() != 2 || input.scalar_type() != at::kLong)
+      throw std::invalid_argument("TeacherStage stage 0: expected ids [B, T] int64");
+    x = embed_tokens_(input.to(device_));
+  } else {
+    if (input.dim() != 3 || input.size(2) != spec_.hidden)
+      throw std::invalid_argument("TeacherStage: expected hidden [B, T, " + std::to_string(spec_.hidden) + "]");
+    x = input.to(device_, dtype_);
+  }
+  const Rotary rope = make_rotary(x.size(1), spec_.head_dim, spec_.rope_theta, dtype_, device_);
+  for (size_t j = 0; j < layers_->size(); ++j) x = layers_->ptr<DecoderBlockImpl>(j)->forward(x, rope);
+  if (!is_last_) return x;
+  return at::linear(norm_(x), head_weight_);
+}
+
+}  // namespace deepen

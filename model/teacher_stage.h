@@ -1,0 +1,74 @@
+// TeacherStage: a contiguous range of a Hugging Face Qwen3 checkpoint's decoder layers, loaded
+// alone (only its tensors are read), run forward-only in fp32 or bf16.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+
+#include "model/hf_config.h"
+#include "model/layer_split.h"
+#include "model/qwen3.h"
+
+namespace deepen {
+
+// DecoderSpec of a checkpoint's layers.
+DecoderSpec decoder_spec_from(const Qwen3Config& config);
+
+// Stage of a pipeline over layers [first, last):
+//   is_first: owns model.embed_tokens; forward takes ids [B, T] int64.
+//   otherwise forward takes the previous stage's hidden [B, T, hidden] (cast to the stage dtype).
+//   is_last:  owns model.norm and the head (lm_head, or the embedding when tie_word_embeddings);
+//             forward returns logits [B, T, vocab] in the stage dtype.
+//   otherwise forward returns hidden [B, T, hidden] in the stage dtype.
+// A whole teacher is TeacherStage(dir, 0, num_hidden_layers, true, true, ...). Stages are frozen:
+// parameters have requires_grad = false and forward runs under NoGradGuard (not InferenceMode:
+// its outputs feed the student's loss, which autograd must be able to save).
+class TeacherStage : public torch::nn::Module {
+ public:
+  // Reads dir/config.json and, through SafetensorsCheckpoint (lazy shards), only this stage's
+  // tensors, each checked against the config (modelio's hf_names table). Throws InputError naming
+  // the file and tensor (missing tensor, shape or dtype mismatch, bad config), or the range
+  // (need 0 <= first < last <= num_hidden_layers, is_first == (first == 0),
+  // is_last == (last == num_hidden_layers)). dtype: at::kFloat or at::kBFloat16.
+  TeacherStage(const std::string& dir, int first, int last, bool is_first, bool is_last,
+               at::ScalarType dtype, at::Device device = at::kCPU);
+  static std::shared_ptr<TeacherStage> load(const std::string& dir, int first, int last,
+                                            bool is_first, bool is_last, at::ScalarType dtype,
+                                            at::Device device = at::kCPU) {
+    return std::make_shared<TeacherStage>(dir, first, last, is_first, is_last, dtype, device);
+  }
+
+  at::Tensor forward(const at::Tensor& input);
+
+  const Qwen3Config& config() const { return config_; }
+  int first_layer() const { return first_; }
+  int last_layer() const { return last_; }
+  bool is_first() const { return is_first_; }
+  bool is_last() const { return is_last_; }
+  at::ScalarType dtype() const { return dtype_; }
+  at::Device device() const { return device_; }
+  // HF names of the tensors this stage read, in load order (tests: "reads only its tensors").
+  const std::vector<std::string>& loaded_tensor_names() const { return loaded_; }
+  // Safetensors files the load opened (a sharded checkpoint: only the shards holding its tensors).
+  const std::vector<std::string>& opened_files() const { return opened_files_; }
+
+ private:
+  Qwen3Config config_;
+  DecoderSpec spec_;
+  int first_, last_;
+  bool is_first_, is_last_;
+  at::ScalarType dtype_;
+  at::Device device_;
+  std::vector<std::string> loaded_;
+  std::vector<std::string> opened_files_;
+  Embedding embed_tokens_{nullptr};
+  torch::nn::ModuleList layers_{nullptr};  // local index j = layer first + j
+  RMSNorm norm_{nullptr};
+  Projection lm_head_{nullptr};  // lm_head.weight; or, tied, the embedding when stage 0 lacks it
+  at::Tensor head_weight_;       // what the head multiplies by: lm_head_ or the tied embedding
+};
+
+}  // namespace deepen
