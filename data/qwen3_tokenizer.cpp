@@ -7,7 +7,9 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <queue>
+#include <unordered_map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -47,33 +49,37 @@ class MergeTable {
  public:
   void init(size_t count) {
     size_t cap = 1024;
-    while (cap < 2 * count) cap <<= 1;
-    keys_.assign(cap, kNoMerge);
-    vals_.assign(cap, kNoMerge);
+    while (cap < count + count / 2) cap <<= 1;
+    slots_.assign(cap, Slot{kNoMerge, kNoMerge});
     mask_ = cap - 1;
   }
   // Returns false when the pair is already there (a duplicate merge: the first rank wins, as in HF).
   bool insert(int32_t a, int32_t b, uint64_t val) {
     const uint64_t key = pack(a, b);
     for (size_t i = mix64(key) & mask_;; i = (i + 1) & mask_) {
-      if (keys_[i] == key) return false;
-      if (keys_[i] == kNoMerge) { keys_[i] = key; vals_[i] = val; return true; }
+      if (slots_[i].key == key) return false;
+      if (slots_[i].key == kNoMerge) {
+        slots_[i] = Slot{key, val};
+        return true;
+      }
     }
   }
   uint64_t get(int32_t a, int32_t b) const {
     const uint64_t key = pack(a, b);
     for (size_t i = mix64(key) & mask_;; i = (i + 1) & mask_) {
-      if (keys_[i] == key) return vals_[i];
-      if (keys_[i] == kNoMerge) return kNoMerge;
+      if (slots_[i].key == key) return slots_[i].val;
+      if (slots_[i].key == kNoMerge) return kNoMerge;
     }
   }
 
  private:
+  struct Slot {
+    uint64_t key, val;  // key and value side by side: one cache line per probe
+  };
   static uint64_t pack(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
-  std::vector<uint64_t> keys_, vals_;
+  std::vector<Slot> slots_;
   size_t mask_ = 0;
 };
-
 
 // tokenizer.json is 7 MB, almost all of it model.vocab (151,643 entries) and model.merges
 // (151,387 pairs). A DOM of those (std::map nodes, one json per string) costs more than the rest of
@@ -208,6 +214,40 @@ class TokenizerJsonReader final : public nlohmann::json_sax<json> {
   std::string throw_error_;
 };
 
+// Merge results of words that are not a single vocabulary entry, shared by all threads. Striped
+// locks keep two threads from contending; a full stripe is simply emptied (it is only a cache).
+class WordCache {
+ public:
+  bool find(uint64_t h, std::string_view word, std::vector<int32_t>& out) {
+    Stripe& s = stripes_[h % kStripes];
+    std::lock_guard lk(s.mu);
+    const auto it = s.map.find(h);
+    if (it == s.map.end() || it->second.word != word) return false;
+    out.insert(out.end(), it->second.ids.begin(), it->second.ids.end());
+    return true;
+  }
+  void insert(uint64_t h, std::string_view word, std::span<const int32_t> ids) {
+    Stripe& s = stripes_[h % kStripes];
+    std::lock_guard lk(s.mu);
+    if (s.map.size() >= kPerStripe) s.map.clear();
+    Entry& e = s.map[h];
+    e.word.assign(word);
+    e.ids.assign(ids.begin(), ids.end());
+  }
+
+ private:
+  static constexpr size_t kStripes = 64, kPerStripe = 4096;
+  struct Entry {
+    std::string word;
+    std::vector<int32_t> ids;
+  };
+  struct Stripe {
+    std::mutex mu;
+    std::unordered_map<uint64_t, Entry> map;
+  };
+  std::array<Stripe, kStripes> stripes_;
+};
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open tokenizer file: " + std::strerror(errno));
@@ -264,12 +304,14 @@ class Qwen3Tokenizer final : public Tokenizer {
     check_id(id);
     return std::string_view(pool_).substr(offsets_[size_t(id)], offsets_[size_t(id) + 1] - offsets_[size_t(id)]);
   }
-  int32_t find_word(std::string_view w) const {
-    const uint64_t h = hash64(w);
+  int32_t find_word(std::string_view w) const { return find_word(w, hash64(w)); }
+  int32_t find_word(std::string_view w, uint64_t h) const {
+    const uint32_t tag = uint32_t(h >> 32);
     for (size_t i = h & word_mask_;; i = (i + 1) & word_mask_) {
-      const int32_t id = word_ids_[i];
-      if (id < 0) return -1;
-      if (word_hashes_[i] == h && bytes_of_unchecked(id) == w) return id;
+      const WordSlot& slot = words_[i];
+      if (slot.id < 0) return -1;
+      if (slot.tag == tag && slot.len == w.size() && std::memcmp(pool_.data() + slot.offset, w.data(), w.size()) == 0)
+        return slot.id;
     }
   }
   std::string_view bytes_of_unchecked(int32_t id) const {
@@ -287,13 +329,19 @@ class Qwen3Tokenizer final : public Tokenizer {
   std::array<int32_t, 256> byte_ids_{};
   MergeTable merges_;
   // bytes -> BPE id (not the added tokens), open addressing.
-  std::vector<int32_t> word_ids_;
-  std::vector<uint64_t> word_hashes_;
+  // One 16-byte slot per probe: a lookup touches the slot and the token's bytes, nothing else.
+  struct WordSlot {
+    uint32_t tag = 0;  // high half of the hash
+    int32_t id = -1;   // -1 = empty
+    uint32_t offset = 0, len = 0;
+  };
+  std::vector<WordSlot> words_;
   size_t word_mask_ = 0;
   // Per BPE id: 0 = not known yet, 1 = merging its own bytes gives exactly this id, 2 = it does not.
   // Lets a pre-token that is a whole vocabulary entry (most are) skip the merge loop. Written
   // racily but idempotently (every thread computes the same value).
   std::unique_ptr<std::atomic<uint8_t>[]> whole_;
+  mutable std::unique_ptr<WordCache> cache_ = std::make_unique<WordCache>();
   std::vector<Added> added_;
   std::array<std::vector<int32_t>, 256> added_by_first_byte_;  // indices into added_, longest first
   int32_t eos_ = -1;
@@ -435,16 +483,14 @@ void Qwen3Tokenizer::load(const std::string& text) {
 
   // Word table over the BPE entries.
   size_t cap = 1024;
-  while (cap < 2 * num_bpe) cap <<= 1;
-  word_ids_.assign(cap, -1);
-  word_hashes_.assign(cap, 0);
+  while (cap < num_bpe + num_bpe / 2) cap <<= 1;  // load <= 2/3: short probes, 4 MB for Qwen3
+  words_.assign(cap, WordSlot{});
   word_mask_ = cap - 1;
   for (size_t id = 0; id < num_bpe; ++id) {
     const uint64_t h = hash64(bytes[id]);
     size_t i = h & word_mask_;
-    while (word_ids_[i] >= 0) i = (i + 1) & word_mask_;
-    word_ids_[i] = int32_t(id);
-    word_hashes_[i] = h;
+    while (words_[i].id >= 0) i = (i + 1) & word_mask_;
+    words_[i] = WordSlot{uint32_t(h >> 32), int32_t(id), offsets_[id], uint32_t(bytes[id].size())};
   }
   byte_ids_.fill(-1);
   for (int b = 0; b < 256; ++b) {
@@ -536,7 +582,8 @@ void Qwen3Tokenizer::encode_word(std::string_view word, std::vector<int32_t>& ou
     out.push_back(byte_ids_[uint8_t(word[0])]);
     return;
   }
-  const int32_t id = find_word(word);
+  const uint64_t h = hash64(word);
+  const int32_t id = find_word(word, h);
   if (id >= 0) {
     const uint8_t state = whole_[size_t(id)].load(std::memory_order_relaxed);
     if (state == 1) {
@@ -551,8 +598,11 @@ void Qwen3Tokenizer::encode_word(std::string_view word, std::vector<int32_t>& ou
       return;
     }
   }
+  if (cache_->find(h, word, out)) return;
+  const size_t before = out.size();
   if (word.size() > kHeapThreshold) merge_heap(word, out);
   else merge_scan(word, out, w);
+  cache_->insert(h, word, std::span(out).subspan(before));
 }
 
 // Short words: pairs[k] = rank<<32 | merged id of (syms[k], syms[k+1]); the smallest value is the
