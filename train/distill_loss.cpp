@@ -161,8 +161,10 @@ struct ChunkedDistillFn : public torch::autograd::Function<ChunkedDistillFn> {
     for (int64_t c0 = 0; c0 < V; c0 += C) {
       const int64_t c = std::min(C, V - c0);
       const Tensor z = chunk_logits(h, w, c0, c, p.acc);
+      // At τ = 1 the CE normalizer is the KL one: fold it once (s_one is then filled from s_tau).
+      const bool shared = has_kl && tau == 1.0;
       if (has_ce) {
-        s_one.update(z);
+        if (!shared) s_one.update(z);
         const Tensor local = p.labels - c0;
         const Tensor inside = (local >= 0) & (local < c);
         const Tensor g = z.gather(1, local.clamp(0, c - 1).unsqueeze(1)).squeeze(1);
@@ -175,8 +177,8 @@ struct ChunkedDistillFn : public torch::autograd::Function<ChunkedDistillFn> {
         Tensor tc = p.t_logits.narrow(1, c0, c).to(p.acc);
         if (tau != 1.0) tc = tc / tau;
         auto [e, rescale] = t_tau.update(tc);
-        // exp weights are 0 where the teacher logit is −inf; keep 0·(−inf) out of the sum.
-        const Tensor contrib = at::sum(at::where(e > 0, e * (tc - xs), at::zeros_like(e)), {1}, false, at::kDouble);
+        // Teacher logits must be finite (a −inf logit would make 0·inf here).
+        const Tensor contrib = at::sum((tc - xs).mul_(e), {1}, false, at::kDouble);
         t_wsum = t_wsum * rescale + contrib;
       } else {
         const ChunkIds ids(p.t_idx, c0, c);
@@ -223,7 +225,7 @@ struct ChunkedDistillFn : public torch::autograd::Function<ChunkedDistillFn> {
       lse_tau = L.to(p.acc);
     }
     if (has_ce) {
-      const Tensor L1 = s_one.value();
+      const Tensor L1 = has_kl && tau == 1.0 ? s_tau.value() : s_one.value();
       const Tensor ce_tok = L1 - zy.to(at::kDouble);
       ce = (at::where(p.valid, ce_tok, at::zeros_like(ce_tok)) * scale).sum();
       lse_one = L1.to(p.acc);
@@ -288,15 +290,19 @@ struct ChunkedDistillFn : public torch::autograd::Function<ChunkedDistillFn> {
       const int64_t c = std::min(C, V - c0);
       const Tensor z = chunk_logits(h, w, c0, c, acc);
       Tensor dz;
+      // At τ = 1 softmax(z/τ) is softmax(z): one exp serves both terms,
+      // dz = s − α·target − (1−α)·onehot(y)  (the bucket tail keeps the general path).
+      const bool share = kl_part && ce_part && tau == 1.0 && !bucket;
       if (kl_part) {
         const Tensor xs = tau == 1.0 ? z : z / tau;
         Tensor s = (xs - lse_tau.unsqueeze(1)).exp_();  // s^τ
+        const double w_kl = share ? alpha : 1.0;        // share: s − α·target; else (s − target)·ατ below
         if (mode == Mode::kFull) {
           const Tensor tc = t_logits.narrow(1, c0, c).to(acc);
-          dz = s.sub_((tau == 1.0 ? tc - t_lse.unsqueeze(1) : tc / tau - t_lse.unsqueeze(1)).exp_());
+          dz = s.sub_((tau == 1.0 ? tc - t_lse.unsqueeze(1) : tc / tau - t_lse.unsqueeze(1)).exp_(), w_kl);
         } else if (!bucket) {
           const ChunkIds ids(t_idx, c0, c);
-          dz = s.sub_(ids.scatter(topk_target, c));
+          dz = s.sub_(ids.scatter(topk_target, c), w_kl);
         } else {
           // s·f everywhere, then on the top-k columns add s_K(1 − f) − p_K, which leaves s_K − p_K.
           const ChunkIds ids(t_idx, c0, c);
@@ -304,15 +310,20 @@ struct ChunkedDistillFn : public torch::autograd::Function<ChunkedDistillFn> {
           const Tensor fix = s.gather(1, ids.pos) * (1 - f) - topk_target;
           dz = s.mul_(f).scatter_add_(1, ids.pos, at::where(ids.inside, fix, at::zeros_like(fix)));
         }
-        dz.mul_(alpha * tau);
+        if (!share) dz.mul_(alpha * tau);
       }
       if (ce_part) {
-        Tensor sm = (z - lse_one.unsqueeze(1)).exp_();
         const Tensor local = labels - c0;
         const Tensor inside = ((local >= 0) & (local < c)).unsqueeze(1);
+        const Tensor pos = local.clamp(0, c - 1).unsqueeze(1);
         // − onehot(y): −1 at the label's column for rows whose label falls in this chunk, +0 elsewhere.
-        sm.scatter_add_(1, local.clamp(0, c - 1).unsqueeze(1), inside.to(acc).neg_());
-        dz = dz.defined() ? dz.add_(sm, 1 - alpha) : sm.mul_(1 - alpha);
+        if (share) {
+          dz.scatter_add_(1, pos, inside.to(acc).mul_(alpha - 1));
+        } else {
+          Tensor sm = (z - lse_one.unsqueeze(1)).exp_();
+          sm.scatter_add_(1, pos, inside.to(acc).neg_());
+          dz = dz.defined() ? dz.add_(sm, 1 - alpha) : sm.mul_(1 - alpha);
+        }
       }
       if (!dz.defined()) dz = at::zeros({n, c}, z.options());
       dz.mul_(row_scale);
