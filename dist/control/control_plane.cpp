@@ -17,6 +17,15 @@ ControlOptions control_options(const ControlConfig& cfg, int rank, int world, co
   return o;
 }
 
+std::optional<Endpoint> coordinator_from_launch_env(uint16_t port, const std::string& slurm_host) {
+  if (auto ep = coordinator_from_env()) {
+    if (ep->port == 0) ep->port = port;
+    return ep;
+  }
+  if (!slurm_host.empty()) return Endpoint{slurm_host, port};
+  return std::nullopt;
+}
+
 ControlPlane::ControlPlane(ControlOptions options) : opt_(std::move(options)) {
   if (opt_.connect_timeout_s <= 0) opt_.connect_timeout_s = opt_.watchdog_s;
   if (opt_.shutdown_wait_s <= 0) opt_.shutdown_wait_s = opt_.watchdog_s;

@@ -42,7 +42,17 @@ struct ControlOptions {
 // caller's.
 ControlOptions control_options(const ControlConfig& cfg, int rank, int world, const Secret& secret);
 
+// Where the coordinator runs, from the launch environment: DEEPEN_COORDINATOR ("host" or
+// "host:port", set by slurm/*.sbatch), else `slurm_host` (under srun: the first node of the
+// allocation, parse_slurm_env(slurm_environment())->coordinator_host from dist/slurm_env.h).
+// The port comes from there, else `port` (control.coordinator_port; 0 = the hosting rank binds a
+// free one and the caller broadcasts the endpoint host_coordinator() returns). nullopt when neither
+// is there (a single machine: host it on rank 0, bound to 127.0.0.1). Throws InputError naming
+// DEEPEN_COORDINATOR when it is malformed.
+std::optional<Endpoint> coordinator_from_launch_env(uint16_t port, const std::string& slurm_host = "");
+
 // Typical use (MPI available, rank 0 hosts):
+//   Secret secret = secret_from_env() or, on rank 0, generate_secret(), then MPI_Bcast its 32 bytes;
 //   ControlPlane cp(control_options(cfg.control, rank, world, secret));
 //   std::string ep = rank == 0 ? cp.host_coordinator().str() : "";  // then MPI_Bcast ep
 //   cp.connect(parse_endpoint(ep, "coordinator"));

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "dist/control/control_plane.h"
 #include "dist/control/coordinator.h"
 #include "dist/control/endpoint.h"
 #include "dist/control/policy.h"
@@ -254,6 +255,19 @@ TEST(ControlEndpoint, ParsesHostPortForms) {
   EXPECT_EQ(coordinator_from_env(), (Endpoint{"gpu01", 5000}));
   ::unsetenv("DEEPEN_COORDINATOR");
   EXPECT_FALSE(coordinator_from_env().has_value());
+}
+
+TEST(ControlEndpoint, LaunchEnvironmentPrefersDeepenCoordinatorThenSlurmsFirstNode) {
+  ::unsetenv("DEEPEN_COORDINATOR");
+  EXPECT_FALSE(coordinator_from_launch_env(0).has_value()) << "neither set: the caller decides";
+  EXPECT_EQ(coordinator_from_launch_env(29500, "gpu07"), (Endpoint{"gpu07", 29500}));
+  ::setenv("DEEPEN_COORDINATOR", "gpu08", 1);
+  EXPECT_EQ(coordinator_from_launch_env(29500, "gpu07"), (Endpoint{"gpu08", 29500}));
+  ::setenv("DEEPEN_COORDINATOR", "gpu08:4000", 1);
+  EXPECT_EQ(coordinator_from_launch_env(29500, "gpu07"), (Endpoint{"gpu08", 4000}));
+  ::setenv("DEEPEN_COORDINATOR", "gpu08:x", 1);
+  EXPECT_THROW(coordinator_from_launch_env(0), InputError);
+  ::unsetenv("DEEPEN_COORDINATOR");
 }
 
 TEST(ControlHandshake, MacsBindEveryFieldAndTheSecret) {
