@@ -22,14 +22,16 @@ def main():
     paths = [p for p in open(args.files, encoding="utf-8").read().split("\n") if p]
     raw = [open(p, "rb").read() for p in paths]
     docs = [b.decode("utf-8", "replace") for b in raw]
-    best = float("inf")
+    best = cpu_best = float("inf")
     tokens = 0
     for _ in range(args.repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()  # process_time counts every thread
         enc = tok.encode_batch(docs, add_special_tokens=False)
         best = min(best, time.perf_counter() - t0)
+        cpu_best = min(cpu_best, time.process_time() - c0)
         tokens = sum(len(e.ids) for e in enc)
-    print(json.dumps({"seconds": best, "tokens": tokens, "bytes": sum(len(b) for b in raw), "docs": len(docs)}))
+    print(json.dumps({"seconds": best, "cpu_seconds": cpu_best, "tokens": tokens,
+                      "bytes": sum(len(b) for b in raw), "docs": len(docs)}))
 
 
 if __name__ == "__main__":
