@@ -25,11 +25,6 @@ namespace {
 constexpr const char* kManifest = "MANIFEST.json";
 constexpr const char* kPrefix = "step_";
 
-std::string step_name(int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%s%08lld", kPrefix, static_cast<long long>(step));
-  return buf;
-}
 
 // A finished checkpoint folder is "step_" + digits only (temp folders carry a suffix).
 bool is_checkpoint_name(const std::string& name) {
@@ -53,6 +48,12 @@ std::string hex64(uint64_t v) {
 }
 
 }  // namespace
+
+std::string checkpoint_folder_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%s%08lld", kPrefix, static_cast<long long>(step));
+  return buf;
+}
 
 uint64_t file_checksum(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
@@ -103,7 +104,7 @@ std::string CheckpointStore::save(int64_t step, uint64_t config_hash,
   std::error_code ec;
   fs::create_directories(root_, ec);
   if (ec) throw std::runtime_error(root_ + ": cannot create checkpoint folder: " + ec.message());
-  const std::string final_dir = (fs::path(root_) / step_name(step)).string();
+  const std::string final_dir = (fs::path(root_) / checkpoint_folder_name(step)).string();
   const std::string tmp_dir = final_dir + ".tmp-" + std::to_string(::getpid());
   fs::remove_all(tmp_dir, ec);
   try {
@@ -192,15 +193,19 @@ std::optional<CheckpointStore::Found> CheckpointStore::latest_valid() const {
                 << "); falling back to the previous one\n";
       continue;
     }
-    std::ifstream in(fs::path(*it) / kManifest);
-    const nlohmann::json manifest = nlohmann::json::parse(in);
-    Found found;
-    found.dir = *it;
-    found.step = manifest.at("step").get<int64_t>();
-    found.config_hash = std::stoull(manifest.at("config_hash").get<std::string>(), nullptr, 16);
-    return found;
+    return read(*it);
   }
   return std::nullopt;
+}
+
+CheckpointStore::Found CheckpointStore::read(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / kManifest);
+  const nlohmann::json manifest = nlohmann::json::parse(in);
+  Found found;
+  found.dir = dir;
+  found.step = manifest.at("step").get<int64_t>();
+  found.config_hash = std::stoull(manifest.at("config_hash").get<std::string>(), nullptr, 16);
+  return found;
 }
 
 }  // namespace deepen

@@ -36,6 +36,9 @@ class CheckpointStore {
   // stderr ("checkpoint <dir> is corrupt (<reason>); falling back to the previous one").
   std::optional<Found> latest_valid() const;
 
+  // Step and config hash of a checkpoint folder that verified (reads its manifest).
+  static Found read(const std::string& dir);
+
   // Checks one folder against its manifest; returns the reason it is invalid, or nullopt.
   static std::optional<std::string> verify(const std::string& dir);
 
@@ -49,6 +52,9 @@ class CheckpointStore {
   std::string root_;
   int64_t keep_;
 };
+
+// "step_00000120": the folder name of the checkpoint taken after step 120.
+std::string checkpoint_folder_name(int64_t step);
 
 // FNV-1a 64 of a file's bytes (the manifest's checksum); throws std::runtime_error naming the path.
 uint64_t file_checksum(const std::string& path);

@@ -35,7 +35,11 @@ void add_training_command(CLI::App& app, const char* name, const char* help, boo
     job.resume = !opts->fresh;
     if (opts->stop_after > 0) job.stop_after_steps = opts->stop_after;
     job.print_progress = !opts->quiet;
-    const int rc = distill ? run_train_job(cfg, job) : run_pretrain_job(cfg, job);
+    // Under mpirun/srun with several ranks, `train` runs the distributed layout of [parallel];
+    // alone, it runs the same global batch in one process.
+    const int rc = !distill                         ? run_pretrain_job(cfg, job)
+                   : launched_with_several_ranks() ? run_distributed_train_job(cfg, job)
+                                                   : run_train_job(cfg, job);
     if (rc != kExitOk) throw ExitRequest(rc);
   });
 }

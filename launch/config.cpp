@@ -278,8 +278,9 @@ void validate_config(const Config& cfg) {
   if (cur.mode == "joint" && cur.stages.size() != 1)
     c.fail("curriculum.stages", "a joint run has one stage, got " + std::to_string(cur.stages.size()));
   const int budgets = !cur.stage_tokens.empty() + !cur.stage_steps.empty() + !cur.budget.empty();
-  if (budgets != 1)
-    c.fail("curriculum", "give exactly one of stage_tokens, stage_steps or budget");
+  // None is fine for jobs that do not train (prep, plan); the trainer's schedule requires one.
+  if (budgets > 1)
+    c.fail("curriculum", "give only one of stage_tokens, stage_steps or budget");
   if (!cur.stage_tokens.empty() && cur.stage_tokens.size() != cur.stages.size())
     c.fail("curriculum.stage_tokens", "needs one entry per stage (" + std::to_string(cur.stages.size()) +
                                           "), got " + std::to_string(cur.stage_tokens.size()));

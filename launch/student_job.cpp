@@ -14,30 +14,13 @@
 namespace deepen {
 namespace {
 
-int64_t student_vocab(const Config& cfg, const Tokenizer& tok) {
-  const int64_t v = cfg.student.vocab_size > 0 ? cfg.student.vocab_size : tok.padded_vocab_size();
-  if (v < tok.vocab_size())
-    throw InputError(cfg.source + ": student.vocab_size: " + std::to_string(v) + " is smaller than the " +
-                     tok.name() + " tokenizer's " + std::to_string(tok.vocab_size()) + " ids");
-  return v;
-}
-
 int run_job(const Config& cfg, const JobOptions& options, bool distill) {
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(cfg.data.tokenizer);
-  const int64_t vocab = student_vocab(cfg, *tokenizer);
-  const std::unique_ptr<BatchSource> batches = make_shard_batch_source(cfg, *tokenizer);
-
+  const int64_t vocab = student_vocab_size(cfg, *tokenizer);
   std::unique_ptr<LocalTeacher> teacher;
   if (distill) {
-    if (cfg.teacher.checkpoint.empty())
-      throw InputError(cfg.source + ": teacher.checkpoint: required by `deepen train` (a Hugging Face folder)");
-    const Qwen3Config tc = read_qwen3_config(cfg.teacher.checkpoint + "/config.json");
-    if (tc.vocab_size != vocab)
-      throw InputError(cfg.teacher.checkpoint + "/config.json: vocab_size: the teacher has " +
-                       std::to_string(tc.vocab_size) + " rows, the student " + std::to_string(vocab) + " (" +
-                       tokenizer->name() + " tokenizer" +
-                       (cfg.student.vocab_size > 0 ? ", student.vocab_size" : ", padded") + ")");
-    auto stage = TeacherStage::load(cfg.teacher.checkpoint, 0, static_cast<int>(tc.num_hidden_layers), true, true,
+    const int64_t layers = check_teacher_checkpoint(cfg, vocab, *tokenizer);
+    auto stage = TeacherStage::load(cfg.teacher.checkpoint, 0, static_cast<int>(layers), true, true,
                                     cfg.teacher.dtype == "bf16" ? at::kBFloat16 : at::kFloat);
     const DistillLossOptions lo = distill_loss_options(cfg.distill);
     teacher = std::make_unique<LocalTeacher>(stage, cfg.distill.logits == "topk" ? cfg.distill.topk : 0,
@@ -51,6 +34,7 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
     run.cfg.parallel.grad_accum = cfg.parallel.grad_accum * cfg.parallel.students;
     run.cfg.parallel.students = 1;
   }
+  const std::unique_ptr<BatchSource> batches = make_shard_batch_source(run.cfg, *tokenizer);
   run.tokenizer = tokenizer.get();
   run.batches = batches.get();
   run.teacher = teacher.get();
@@ -63,6 +47,25 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
 }
 
 }  // namespace
+
+int64_t student_vocab_size(const Config& cfg, const Tokenizer& tok) {
+  const int64_t v = cfg.student.vocab_size > 0 ? cfg.student.vocab_size : tok.padded_vocab_size();
+  if (v < tok.vocab_size())
+    throw InputError(cfg.source + ": student.vocab_size: " + std::to_string(v) + " is smaller than the " +
+                     tok.name() + " tokenizer's " + std::to_string(tok.vocab_size()) + " ids");
+  return v;
+}
+
+int64_t check_teacher_checkpoint(const Config& cfg, int64_t vocab, const Tokenizer& tok) {
+  if (cfg.teacher.checkpoint.empty())
+    throw InputError(cfg.source + ": teacher.checkpoint: required by `deepen train` (a Hugging Face folder)");
+  const Qwen3Config tc = read_qwen3_config(cfg.teacher.checkpoint + "/config.json");
+  if (tc.vocab_size != vocab)
+    throw InputError(cfg.teacher.checkpoint + "/config.json: vocab_size: the teacher has " +
+                     std::to_string(tc.vocab_size) + " rows, the student " + std::to_string(vocab) + " (" +
+                     tok.name() + " tokenizer" + (cfg.student.vocab_size > 0 ? ", student.vocab_size" : ", padded") + ")");
+  return tc.num_hidden_layers;
+}
 
 int run_pretrain_job(const Config& cfg, const JobOptions& options) { return run_job(cfg, options, false); }
 int run_train_job(const Config& cfg, const JobOptions& options) { return run_job(cfg, options, true); }

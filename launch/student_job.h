@@ -19,4 +19,17 @@ struct JobOptions {
 int run_pretrain_job(const Config& cfg, const JobOptions& options);
 int run_train_job(const Config& cfg, const JobOptions& options);
 
+// `deepen train` under mpirun/srun: this rank's role (teacher stage or student) comes from the
+// layout of [parallel] and the world size. Same exit codes on every rank.
+int run_distributed_train_job(const Config& cfg, const JobOptions& options);
+
+// True when this process was started by an MPI launcher with more than one rank (mpirun, srun).
+bool launched_with_several_ranks();
+
+class Tokenizer;
+// Rows of the student's embedding/head: student.vocab_size, or the tokenizer's padded size.
+int64_t student_vocab_size(const Config& cfg, const Tokenizer& tokenizer);
+// The teacher's config.json must have exactly the student's vocabulary rows; returns its layers.
+int64_t check_teacher_checkpoint(const Config& cfg, int64_t student_vocab, const Tokenizer& tokenizer);
+
 }  // namespace deepen

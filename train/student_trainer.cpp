@@ -25,6 +25,7 @@
 #include "train/adamw.h"
 #include "train/batch_source.h"
 #include "train/distill_loss.h"
+#include "train/eval_schedule.h"
 #include "train/student_group.h"
 #include "train/teacher_source.h"
 
@@ -87,7 +88,13 @@ class Trainer {
   RunOutcome run() {
     CheckpointStore store(out_dir_, cfg_.checkpoint.keep);
     std::optional<CheckpointStore::Found> resume_from;
-    if (run_.resume) resume_from = store.latest_valid();
+    if (run_.resume && !run_.resume_checkpoint.empty()) {
+      if (auto why = CheckpointStore::verify(run_.resume_checkpoint))
+        throw std::runtime_error(run_.resume_checkpoint + ": cannot resume from it: " + *why);
+      resume_from = CheckpointStore::read(run_.resume_checkpoint);
+    } else if (run_.resume) {
+      resume_from = store.latest_valid();
+    }
     if (leader_) start_run_folder(resume_from.has_value());
     if (leader_)  // only student 0 writes records
       records_.emplace(out_dir_, resume_from ? std::optional<int64_t>(resume_from->step) : std::nullopt);
@@ -140,7 +147,7 @@ class Trainer {
       }
 
       const bool stage_end = schedule_.is_stage_end(step);
-      if ((step + 1) % cfg_.eval.every == 0 || stage_end) evaluate(step, stage, stage_end);
+      if (is_eval_step(cfg_, schedule_, step)) evaluate(step, stage, stage_end);
       if (leader_ && cfg_.eval.diagnostics_every > 0 && (step + 1) % cfg_.eval.diagnostics_every == 0)
         diagnose(step, stage, "periodic");
       report.last_eval_ce = progress_.last_eval_ce;
@@ -273,8 +280,10 @@ class Trainer {
     at::NoGradGuard no_grad;
     double sums[3] = {0, 0, 0};  // kl·n, ce·n, n
     for (int64_t i = 0; i < run_.batches->eval_batches(); ++i) {
-      if (i % group_.size() != group_.rank()) continue;
-      const MicroBatch mb = run_.batches->eval(i);
+      if (eval_batch_owner(i, group_.size()) != group_.rank()) continue;
+      MicroBatch mb = run_.batches->eval(i);
+      mb.step = step;  // identifies the batch on a logit channel
+      mb.student = group_.rank();
       const TeacherTargets targets = run_.teacher ? run_.teacher->targets(mb) : TeacherTargets::none();
       const at::Tensor hidden = student_->forward_hidden(mb.inputs);
       const DistillLoss l = distill_loss(hidden, student_->head_weight(), targets, mb.labels, eval_options_);

@@ -37,6 +37,9 @@ struct StudentRun {
   StudentGroup* group = nullptr;
   int64_t vocab_size = 0;                // rows of the student's embedding/head
   bool resume = false;                   // continue from the newest valid checkpoint, if any
+  // With resume: this checkpoint folder exactly (distributed runs: student 0 picks it for all
+  // students); empty: the newest valid one.
+  std::string resume_checkpoint;
   std::optional<int64_t> stop_after_steps;  // stop (checkpointing) once this many steps are done
   // Polled after every step; returning true stops the run at that step with a checkpoint (a
   // coordinated stop: every student must return true at the same step).

@@ -1,0 +1,73 @@
+// Students' collectives over a Communicator: gradient buckets, parameter broadcasts, checksum checks.
+#include "dist/comm_student_group.h"
+
+#include <sstream>
+
+#include <ATen/ATen.h>
+
+#include "dist/communicator.h"
+
+namespace deepen {
+
+CommStudentGroup::CommStudentGroup(Communicator& students, std::vector<int> world_ranks, int64_t bucket_bytes)
+    : comm_(students), world_ranks_(std::move(world_ranks)), bucket_bytes_(bucket_bytes) {}
+
+int64_t CommStudentGroup::rank() const { return comm_.rank(); }
+int64_t CommStudentGroup::size() const { return comm_.size(); }
+
+template <class Op> void CommStudentGroup::bucketed(const std::vector<at::Tensor>& tensors, Op op) {
+  // Buckets hold consecutive tensors of one dtype; every student has the same parameters in the
+  // same order (checked by checksum after growth), so buckets line up across ranks.
+  size_t i = 0;
+  while (i < tensors.size()) {
+    const at::ScalarType dtype = tensors[i].scalar_type();
+    size_t j = i;
+    int64_t bytes = 0;
+    while (j < tensors.size() && tensors[j].scalar_type() == dtype &&
+           (j == i || bytes + static_cast<int64_t>(tensors[j].nbytes()) <= bucket_bytes_)) {
+      bytes += static_cast<int64_t>(tensors[j].nbytes());
+      ++j;
+    }
+    std::vector<at::Tensor> flat;
+    for (size_t k = i; k < j; ++k) flat.push_back(tensors[k].reshape({-1}));
+    at::Tensor bucket = at::cat(flat);
+    op(bucket);
+    int64_t offset = 0;
+    for (size_t k = i; k < j; ++k) {
+      const int64_t n = tensors[k].numel();
+      tensors[k].copy_(bucket.narrow(0, offset, n).view(tensors[k].sizes()));
+      offset += n;
+    }
+    i = j;
+  }
+}
+
+void CommStudentGroup::average(const std::vector<at::Tensor>& tensors) {
+  if (comm_.size() == 1) return;
+  bucketed(tensors, [&](at::Tensor& b) { comm_.all_reduce_avg(b); });
+}
+
+void CommStudentGroup::broadcast_from_first(const std::vector<at::Tensor>& tensors) {
+  if (comm_.size() == 1) return;
+  bucketed(tensors, [&](at::Tensor& b) { comm_.broadcast(b, 0); });
+}
+
+std::vector<double> CommStudentGroup::sum(const std::vector<double>& values) {
+  at::Tensor t = at::tensor(values, at::kDouble);
+  if (comm_.size() > 1) comm_.all_reduce_sum(t);
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+
+void CommStudentGroup::check_same(uint64_t checksum, const std::string& what, int64_t step) {
+  const std::vector<uint64_t> all = comm_.all_gather(checksum);
+  std::ostringstream differ;
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] != all[0]) differ << " student " << r << " (rank " << world_ranks_[r] << ")";
+  }
+  if (!differ.str().empty())
+    throw std::runtime_error("students disagree on " + what + " at step " + std::to_string(step) +
+                             ": student 0 (rank " + std::to_string(world_ranks_[0]) + ") differs from" +
+                             differ.str());
+}
+
+}  // namespace deepen

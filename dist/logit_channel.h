@@ -1,0 +1,89 @@
+// LogitChannel: teacher targets from a pipeline's last stage to its students, one message pair per
+// micro-batch (header + payload), with the ids checksum that catches a desync.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "launch/config.h"
+#include "train/teacher_source.h"
+
+namespace deepen {
+
+class Communicator;
+class Request;
+
+// Wire format of one micro-batch (channel rank 0 = the last teacher stage, rank 1 + j = the
+// pipeline's j-th student):
+//   header  int64[8] = {magic, kind, step, student, index, ids checksum, rows N, payload}
+//   payload 0 "full fp32":  logits [N, V] fp32
+//           1 "full bf16":  logits [N, V] bf16
+//           2 "topk":       values [N, k] fp32 (log p_T^τ, see teacher_topk) then indices [N, k] int32
+// So a top-k token costs k·(4 + 4) bytes, plus the 64-byte header per micro-batch.
+// Train batches use distill.logits; eval batches always go as full logits, so validation KL is exact.
+struct ChannelFormat {
+  bool topk = false;
+  int64_t k = 0;
+  bool bf16_values = false;  // full logits in bf16 on the wire
+  TopkTail tail = TopkTail::kRenormalize;
+  double temperature = 1.0;
+  int64_t vocab_chunk = 8192;
+  std::string describe() const;  // "full", "full:bf16", "topk:64:renormalize"
+};
+ChannelFormat channel_format(const DistillConfig& distill);
+
+inline constexpr int kHeaderWords = 8;
+
+// Identifies one micro-batch on the wire; both sides derive it from the schedule.
+struct ItemKey {
+  BatchKind kind = BatchKind::kTrain;
+  int64_t step = 0;
+  int64_t student = 0;
+  int64_t index = 0;
+  std::string describe() const;  // "train step 12 student 1 micro 0"
+};
+
+// Teacher side. send() returns once the message is queued; at most max_in_flight micro-batches
+// are outstanding (older ones are waited for first): back-pressure on a teacher that runs ahead.
+class LogitChannelSender {
+ public:
+  LogitChannelSender(Communicator& channel, ChannelFormat format, int first_student, int64_t max_in_flight);
+  ~LogitChannelSender();
+  // logits [N, V] of `key`'s ids (checksum), to that student.
+  void send(const ItemKey& key, uint64_t checksum, const at::Tensor& logits);
+  void flush();
+  int64_t bytes_sent() const { return bytes_; }
+
+ private:
+  struct InFlight;
+  Communicator& channel_;
+  ChannelFormat format_;
+  int first_student_;
+  int64_t max_in_flight_;
+  std::deque<std::unique_ptr<InFlight>> in_flight_;
+  int64_t bytes_ = 0;
+};
+
+// Student side: the TeacherSource of a distributed run. Checks every header against the batch the
+// student is about to train on and throws CommError naming the step and both ranks on a mismatch.
+class ChannelTeacherSource : public TeacherSource {
+ public:
+  ChannelTeacherSource(Communicator& channel, ChannelFormat format, int64_t vocab, int teacher_world_rank,
+                       int student_world_rank);
+  TeacherTargets targets(const MicroBatch& batch) override;
+  std::string describe() const override { return format_.describe(); }
+  int64_t bytes_received() const { return bytes_; }
+
+ private:
+  Communicator& channel_;
+  ChannelFormat format_;
+  int64_t vocab_;
+  int teacher_rank_, student_rank_;
+  int64_t bytes_ = 0;
+};
+
+}  // namespace deepen

@@ -1,0 +1,125 @@
+// Teacher stage loop: forward-only streaming of micro-batches through P stages to the students.
+#include "dist/teacher_pipeline.h"
+
+#include <chrono>
+#include <deque>
+
+#include <ATen/ATen.h>
+
+#include "dist/communicator.h"
+#include "dist/rank_layout.h"
+#include "model/teacher_stage.h"
+#include "train/batch_source.h"
+#include "train/eval_schedule.h"
+
+namespace deepen {
+namespace {
+
+constexpr int kTagStageHeader = 21;
+constexpr int kTagStageActivation = 22;
+
+struct Hop {
+  at::Tensor header, activation;
+  std::unique_ptr<Request> header_req, activation_req;
+};
+
+at::ScalarType activation_dtype(const Config& cfg) {
+  return cfg.parallel.activation_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+}
+
+}  // namespace
+
+std::vector<ItemKey> pipeline_items(const Config& cfg, const GrowthSchedule& schedule, const RankLayout& layout,
+                                    int pipeline, int64_t step) {
+  const int per = layout.students_per_pipeline();
+  const int first = pipeline * per;
+  std::vector<ItemKey> items;
+  for (int s = first; s < first + per; ++s) {
+    for (int64_t m = 0; m < cfg.parallel.grad_accum; ++m) items.push_back({BatchKind::kTrain, step, s, m});
+  }
+  if (is_eval_step(cfg, schedule, step)) {
+    for (int64_t b = 0; b < cfg.eval.batches; ++b) {
+      const int64_t owner = eval_batch_owner(b, layout.students);
+      if (owner >= first && owner < first + per) items.push_back({BatchKind::kEval, step, owner, b});
+    }
+  }
+  return items;
+}
+
+TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Config& cfg = run.cfg;
+  const RankInfo& me = run.layout->ranks.at(static_cast<size_t>(run.world_rank));
+  const int stages = run.layout->teacher_stages;
+  const bool first = me.stage == 0, last = me.stage == stages - 1;
+  const GrowthSchedule schedule = make_growth_schedule(cfg);
+  const int64_t batch = cfg.parallel.micro_batch, seq = cfg.data.seq_len;
+  const int64_t hidden = run.stage->config().hidden_size;
+  const at::ScalarType wire = activation_dtype(cfg);
+  const int64_t max_in_flight = cfg.parallel.max_in_flight;
+
+  std::unique_ptr<LogitChannelSender> sender;
+  if (last) {
+    sender = std::make_unique<LogitChannelSender>(*run.channel, channel_format(cfg.distill),
+                                                  me.pipeline * run.layout->students_per_pipeline(), max_in_flight);
+  }
+  std::deque<Hop> outgoing;
+  TeacherStageStats stats;
+  at::NoGradGuard no_grad;
+
+  for (int64_t step = run.first_step; step < run.end_step; ++step) {
+    for (const ItemKey& key : pipeline_items(cfg, schedule, *run.layout, me.pipeline, step)) {
+      at::Tensor input;
+      uint64_t checksum = 0;
+      if (first) {
+        const MicroBatch mb = key.kind == BatchKind::kTrain ? run.batches->train(key.step, key.student, key.index)
+                                                            : run.batches->eval(key.index);
+        input = mb.inputs;
+        checksum = mb.checksum;
+      } else {
+        at::Tensor header = at::empty({kHeaderWords}, at::kLong);
+        run.pipeline->recv(header, me.stage - 1, kTagStageHeader);
+        const int64_t* h = header.data_ptr<int64_t>();
+        if (h[0] != static_cast<int64_t>(key.kind) || h[1] != key.step || h[2] != key.student || h[3] != key.index)
+          throw CommError("teacher pipeline " + std::to_string(me.pipeline) + " stage " + std::to_string(me.stage) +
+                          " (rank " + std::to_string(run.world_rank) + ") expected " + key.describe() +
+                          " from the previous stage, got kind " + std::to_string(h[0]) + " step " +
+                          std::to_string(h[1]) + " student " + std::to_string(h[2]) + " index " + std::to_string(h[3]));
+        checksum = static_cast<uint64_t>(h[4]);
+        input = at::empty({batch, seq, hidden}, wire);
+        run.pipeline->recv(input, me.stage - 1, kTagStageActivation);
+      }
+      const at::Tensor out = run.stage->forward(input);
+      if (last) {
+        sender->send(key, checksum, out);
+      } else {
+        while (static_cast<int64_t>(outgoing.size()) >= max_in_flight) {
+          outgoing.front().header_req->wait();
+          outgoing.front().activation_req->wait();
+          outgoing.pop_front();
+        }
+        Hop hop;
+        hop.header = at::tensor(std::vector<int64_t>{static_cast<int64_t>(key.kind), key.step, key.student,
+                                                     key.index, static_cast<int64_t>(checksum), 0, 0, 0},
+                                at::kLong);
+        hop.activation = out.to(wire).contiguous();
+        hop.header_req = run.pipeline->isend(hop.header, me.stage + 1, kTagStageHeader);
+        hop.activation_req = run.pipeline->isend(hop.activation, me.stage + 1, kTagStageActivation);
+        outgoing.push_back(std::move(hop));
+      }
+      ++stats.items;
+    }
+  }
+  for (auto& hop : outgoing) {
+    hop.header_req->wait();
+    hop.activation_req->wait();
+  }
+  if (sender) {
+    sender->flush();
+    stats.channel_bytes = sender->bytes_sent();
+  }
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return stats;
+}
+
+}  // namespace deepen

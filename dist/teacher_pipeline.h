@@ -1,0 +1,56 @@
+// Teacher pipeline: which micro-batches a pipeline serves, in what order, and the stage loop that
+// streams them forward (activations between stages, logits to the students).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "curriculum/growth_schedule.h"
+#include "dist/logit_channel.h"
+#include "launch/config.h"
+
+namespace deepen {
+
+class BatchSource;
+class Communicator;
+class TeacherStage;
+struct RankLayout;
+
+// The micro-batches pipeline `pipeline` produces after the students' `step`-th optimizer step has
+// been fed, in production order: first every train micro-batch of the step (student-major, then
+// micro-batch), then, if an eval follows the step, the eval batches its students own.
+// Example: T = 1, S = 2, grad_accum = 2, eval after step 3 with eval.batches = 3:
+//   step 3 -> train (3, s0, m0) (3, s0, m1) (3, s1, m0) (3, s1, m1), eval (3, s0, b0) (3, s1, b1) (3, s0, b2)
+// Each student consumes its own items in this order, and every item of step k is produced before
+// any of step k+1, so a student waiting in step k's all-reduce never waits on an item the teacher
+// holds back: no deadlock, whatever the students' relative speed.
+std::vector<ItemKey> pipeline_items(const Config& cfg, const GrowthSchedule& schedule, const RankLayout& layout,
+                                    int pipeline, int64_t step);
+
+struct TeacherStageRun {
+  Config cfg;
+  const RankLayout* layout = nullptr;
+  int world_rank = 0;
+  Communicator* pipeline = nullptr;  // this pipeline's stages (rank = stage)
+  Communicator* channel = nullptr;   // last stage only: this pipeline's logit channel
+  const BatchSource* batches = nullptr;  // stage 0 only: where the ids come from
+  std::shared_ptr<TeacherStage> stage;
+  int64_t first_step = 0;  // steps [first_step, end_step) are served
+  int64_t end_step = 0;
+};
+
+struct TeacherStageStats {
+  int64_t items = 0;
+  int64_t channel_bytes = 0;  // last stage: bytes sent to students
+  double seconds = 0;
+};
+
+// Runs one stage: stage 0 builds each item's ids with the same BatchSource the students use; every
+// stage forwards and passes a header (the item and its ids checksum) + activations to the next with
+// non-blocking sends, at most parallel.max_in_flight outstanding per hop, so a stage computes the
+// next micro-batch while the previous one travels (no bubble once the pipeline is full); the last
+// stage sends logits (or top-k) through the logit channel.
+TeacherStageStats run_teacher_stage(const TeacherStageRun& run);
+
+}  // namespace deepen

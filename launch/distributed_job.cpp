@@ -1,0 +1,110 @@
+// `deepen train` across ranks: layout -> communicators -> teacher stage loop or student trainer.
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include "curriculum/growth_schedule.h"
+#include "data/tokenizer.h"
+#include "dist/comm_student_group.h"
+#include "dist/communicator.h"
+#include "dist/logit_channel.h"
+#include "dist/mpi_session.h"
+#include "dist/rank_layout.h"
+#include "dist/teacher_pipeline.h"
+#include "launch/checkpoint_store.h"
+#include "launch/compute_threads.h"
+#include "launch/input_error.h"
+#include "launch/student_job.h"
+#include "model/teacher_stage.h"
+#include "train/shard_batch_source.h"
+#include "train/student_trainer.h"
+
+namespace deepen {
+
+bool launched_with_several_ranks() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
+    if (const char* v = std::getenv(var); v && std::atoi(v) > 1) return true;
+  }
+  return false;
+}
+
+int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
+  MpiSession mpi;
+  set_compute_threads(cfg.run.threads);
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(cfg.data.tokenizer);
+  const int64_t vocab = student_vocab_size(cfg, *tokenizer);
+  const int64_t teacher_layers = check_teacher_checkpoint(cfg, vocab, *tokenizer);
+  const RankLayout layout = make_rank_layout(cfg.parallel, mpi.size(), static_cast<int>(teacher_layers));
+  const GrowthSchedule schedule = make_growth_schedule(cfg);  // bad budgets fail on every rank, early
+  const int first_student = layout.student_rank(0);
+  if (mpi.rank() == first_student && options.print_progress) {
+    std::cerr << layout.describe();
+    for (const auto& warning : check_placement(layout, mpi.hostnames())) std::cerr << "deepen: WARNING: " << warning << "\n";
+  }
+
+  std::unique_ptr<Communicator> world = make_communicator(cfg.parallel.backend, mpi);
+  RankGroups groups = make_rank_groups(*world, layout);
+
+  // Student 0 chooses the checkpoint every rank resumes from; teachers start feeding at its step.
+  at::Tensor resume_step = at::full({1}, int64_t{-1}, at::kLong);
+  if (mpi.rank() == first_student && options.resume) {
+    if (auto found = CheckpointStore(cfg.run.out_dir, cfg.checkpoint.keep).latest_valid())
+      resume_step.fill_(found->step);
+  }
+  world->broadcast(resume_step, first_student);
+  const int64_t steps_done = resume_step.item<int64_t>() + 1;
+  int64_t end_step = schedule.total_steps();
+  if (options.stop_after_steps) end_step = std::min(end_step, *options.stop_after_steps);
+  end_step = std::max(end_step, steps_done);
+
+  const RankInfo& me = layout.ranks.at(static_cast<size_t>(mpi.rank()));
+  int rc = kExitOk;
+  if (me.is_teacher()) {
+    TeacherStageRun run;
+    run.cfg = cfg;
+    run.layout = &layout;
+    run.world_rank = mpi.rank();
+    run.pipeline = groups.teacher_pipeline.get();
+    run.channel = groups.logit_channel.get();
+    std::unique_ptr<BatchSource> batches;
+    if (me.stage == 0) {
+      batches = make_shard_batch_source(cfg, *tokenizer);
+      run.batches = batches.get();
+    }
+    run.stage = TeacherStage::load(cfg.teacher.checkpoint, me.first_layer, me.last_layer, me.stage == 0,
+                                   me.stage == layout.teacher_stages - 1,
+                                   cfg.teacher.dtype == "bf16" ? at::kBFloat16 : at::kFloat);
+    run.first_step = steps_done;
+    run.end_step = end_step;
+    const TeacherStageStats stats = run_teacher_stage(run);
+    if (options.print_progress && me.stage == layout.teacher_stages - 1 && stats.seconds > 0)
+      std::cerr << "deepen: teacher pipeline " << me.pipeline << ": " << stats.items << " micro-batches, "
+                << stats.channel_bytes / stats.seconds / 1e6 << " MB/s on the logit channel\n";
+    if (end_step < schedule.total_steps()) rc = kExitRequeue;
+  } else {
+    std::vector<int> student_ranks;
+    for (int s = 0; s < layout.students; ++s) student_ranks.push_back(layout.student_rank(s));
+    CommStudentGroup group(*groups.students, student_ranks);
+    ChannelTeacherSource teacher(*groups.logit_channel, channel_format(cfg.distill), vocab,
+                                 layout.teacher_rank(me.pipeline, layout.teacher_stages - 1), mpi.rank());
+    const std::unique_ptr<BatchSource> batches = make_shard_batch_source(cfg, *tokenizer);
+    StudentRun run;
+    run.cfg = cfg;
+    run.tokenizer = tokenizer.get();
+    run.batches = batches.get();
+    run.teacher = &teacher;
+    run.group = &group;
+    run.vocab_size = vocab;
+    run.resume = steps_done > 0;
+    if (run.resume)
+      run.resume_checkpoint = CheckpointStore(cfg.run.out_dir, cfg.checkpoint.keep).root() + "/" +
+                              checkpoint_folder_name(steps_done - 1);
+    run.stop_after_steps = options.stop_after_steps;
+    run.print_progress = options.print_progress;
+    rc = run_student(run) == RunOutcome::kFinished ? kExitOk : kExitRequeue;
+  }
+  world->barrier();
+  return rc;
+}
+
+}  // namespace deepen
