@@ -8,6 +8,8 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "data/qwen3_split.h"
 #include "data/qwen3_tokenizer.h"
 #include "data/tokenizer.h"
@@ -171,6 +173,86 @@ TEST(Qwen3Tokenizer, SplitFollowsTheRegexExamples) {
   EXPECT_EQ(split("12345"), (V{"1", "2", "3", "4", "5"}));
   EXPECT_EQ(split("a  "), (V{"a", "  "}));
   EXPECT_EQ(split("'\xC5\xBFx"), (V{"'\xC5\xBF", "x"}));  // 'ſ is the contraction 's
+}
+
+
+// A small tokenizer.json with Qwen's pipeline and a vocabulary of our choosing: the 256 byte
+// tokens, then `extra` tokens, merged by `merges` (left, right as raw bytes).
+nlohmann::json tiny_tokenizer(const std::vector<std::string>& extra,
+                              const std::vector<std::pair<std::string, std::string>>& merges) {
+  nlohmann::json real = nlohmann::json::parse(std::ifstream(qwen3_json()), nullptr, true, true);
+  auto level = [](const std::string& raw) {  // raw bytes -> byte-level string (GPT-2 alphabet)
+    std::string out;
+    for (unsigned char b : raw) {
+      int n = 0;
+      char32_t cp = b;
+      const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+      if (!printable) {
+        for (int c = 0; c < b; ++c)
+          if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE))) ++n;
+        cp = 256 + char32_t(n);
+      }
+      if (cp < 0x80) out += char(cp);
+      else { out += char(0xC0 | (cp >> 6)); out += char(0x80 | (cp & 0x3F)); }
+    }
+    return out;
+  };
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[level(std::string(1, char(b)))] = b;
+  for (size_t k = 0; k < extra.size(); ++k) vocab[level(extra[k])] = 256 + k;
+  nlohmann::json m = nlohmann::json::array();
+  for (const auto& [a, b] : merges) m.push_back({level(a), level(b)});
+  real["model"]["vocab"] = vocab;
+  real["model"]["merges"] = m;
+  real["added_tokens"] = nlohmann::json::array(
+      {{{"id", 256 + extra.size()}, {"content", "<|endoftext|>"}, {"single_word", false}, {"lstrip", false},
+        {"rstrip", false}, {"normalized", false}, {"special", true}}});
+  return real;
+}
+
+std::unique_ptr<Tokenizer> load_json(const nlohmann::json& j, const std::string& name) {
+  const fs::path dir = fs::path(test::kBinaryDir) / "testdata" / "tiny_tokenizers";
+  fs::create_directories(dir);
+  std::ofstream(dir / name) << j.dump();
+  return make_tokenizer("qwen3:" + (dir / name).string());
+}
+
+std::string load_error(const nlohmann::json& j, const std::string& name) {
+  try {
+    load_json(j, name);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Qwen3Tokenizer, MergesGoByRankThenLeftmost) {
+  // ids: 256 "aa", 257 "bc", 258 "ab"; merge ranks: (b,c)=0, (a,a)=1, (a,b)=2.
+  const auto tok = load_json(tiny_tokenizer({"aa", "bc", "ab"}, {{"b", "c"}, {"a", "a"}, {"a", "b"}}), "ranks.json");
+  EXPECT_EQ(tok->encode("abc"), (std::vector<int32_t>{'a', 257}));       // (b,c) outranks (a,b)
+  EXPECT_EQ(tok->encode("aaa"), (std::vector<int32_t>{256, 'a'}));       // equal ranks: leftmost first
+  EXPECT_EQ(tok->encode("aab"), (std::vector<int32_t>{256, 'b'}));       // (a,a) before (a,b)
+  EXPECT_EQ(tok->encode("ab<|endoftext|>"), (std::vector<int32_t>{258, 259}));
+  const std::string long_word(5000, 'a');  // one pre-token longer than the scan limit: the heap path
+  const std::vector<int32_t> ids = tok->encode(long_word);
+  EXPECT_EQ(ids, std::vector<int32_t>(2500, 256));
+}
+
+TEST(Qwen3Tokenizer, InconsistentFilesNameTheFieldAndReason) {
+  std::string e = load_error(tiny_tokenizer({"ab"}, {{"a", "c"}}), "bad_merge.json");
+  EXPECT_NE(e.find("bad_merge.json: model.merges[0]: its result is not in the vocabulary"), std::string::npos) << e;
+  nlohmann::json j = tiny_tokenizer({}, {});
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\s+";
+  e = load_error(j, "regex.json");
+  EXPECT_NE(e.find("regex.json: pre_tokenizer.pretokenizers[0].pattern.Regex: expected"), std::string::npos) << e;
+  j = tiny_tokenizer({}, {});
+  j["model"]["vocab"].erase("A");
+  e = load_error(j, "no_byte.json");
+  EXPECT_NE(e.find("no_byte.json: model.vocab: ids are not contiguous"), std::string::npos) << e;
+  j = tiny_tokenizer({}, {});
+  j["model"]["byte_fallback"] = true;
+  e = load_error(j, "fallback.json");
+  EXPECT_NE(e.find("fallback.json: model.byte_fallback: must be false"), std::string::npos) << e;
 }
 
 TEST(Qwen3Tokenizer, BadFilesAreInputErrorsNamingTheFile) {
