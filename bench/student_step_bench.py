@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Baseline for bench/student_step_bench: the same student as transformers' Qwen3ForCausalLM,
+forward + CE loss + backward, PyTorch eager (no torch.compile), transformers' default attention
+(sdpa), fp32, on the threads given. Launched by the C++ bench with the HF folder it exported, so
+both sides run the very same weights on the very same token ids.
+
+  python3 bench/student_step_bench.py --model DIR --batch 8 --seq 256 --steps 10 --warmup 2 --threads 2
+
+Prints one JSON line: {"tokens_per_s": ..., "step_ms": [...], "first_loss": ...}.
+"""
+import argparse
+import json
+import time
+
+import torch
+import torch.nn.functional as F
+from transformers import Qwen3ForCausalLM
+
+
+def bench_ids(batch, seq, vocab):
+    # Same formula as the C++ side: ids[b, t] = (b * 131 + t * 17 + (b * t) % 7) % vocab.
+    b = torch.arange(batch).unsqueeze(1)
+    t = torch.arange(seq).unsqueeze(0)
+    return (b * 131 + t * 17 + (b * t) % 7) % vocab
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    model = Qwen3ForCausalLM.from_pretrained(a.model, dtype=torch.float32)
+    model.train()  # dropout is 0 in Qwen3; train mode as in training
+    vocab = model.config.vocab_size
+    ids = bench_ids(a.batch, a.seq, vocab)
+    targets = ids[:, 1:].reshape(-1)
+
+    def step():
+        logits = model(input_ids=ids, use_cache=False).logits
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocab), targets)
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        return loss.item()
+
+    first_loss = step()
+    for _ in range(a.warmup - 1):
+        step()
+    times = []
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    median = times[len(times) // 2]
+    print(json.dumps({"tokens_per_s": a.batch * a.seq / median, "step_ms": [t * 1e3 for t in times],
+                      "first_loss": first_loss}))
+
+
+if __name__ == "__main__":
+    main()
