@@ -57,6 +57,13 @@ struct SlurmSandbox {
             {"SLURM_RESTART_COUNT", ""},
             {"SLURM_ARRAY_TASK_ID", ""},
             {"DEEPEN_RUN_DIR", ""},
+            {"DEEPEN_HOME", ""},  // hermetic: nothing from the caller's shell
+            {"DEEPEN_CMD", ""},
+            {"DEEPEN_LAUNCHER", ""},
+            {"DEEPEN_COORDINATOR_PORT", ""},
+            {"DEEPEN_MAX_RESTARTS", ""},
+            {"DEEPEN_TASKS_PER_NODE", ""},
+            {"SLURM_NTASKS_PER_NODE", ""},
             {"DEEPEN_BIN", "/bin/true"},
             {"PATH", (dir / "bin").string() + ":" + std::getenv("PATH")}};
   }
@@ -139,6 +146,27 @@ TEST(SlurmScripts, DryRunWithMpirunAndFixedPortAndOverriddenLayout) {
   EXPECT_TRUE(has(r.out, "rank 4 -> node02 (student 0)\n")) << r.out;
   EXPECT_TRUE(has(r.out, "DEEPEN_COORDINATOR=node01:29500 ")) << r.out;
   EXPECT_TRUE(has(r.out, "command: mpirun -np 16 --map-by ppr:4:node --bind-to core")) << r.out;
+}
+
+// sbatch runs a copy of the script from its spool folder: it must find slurm/lib.sh and the
+// checkout through SLURM_SUBMIT_DIR (or DEEPEN_HOME), not next to itself.
+TEST(SlurmScripts, ScriptRunFromTheSpoolFindsTheCheckoutThroughTheSubmitDir) {
+  SlurmSandbox box;
+  fs::create_directories(box.dir / "spool");
+  fs::copy_file(slurm_dir() + "/run.sbatch", box.dir / "spool" / "slurm_script");
+  auto env = box.env(true);
+  env["SLURM_SUBMIT_DIR"] = test::kSourceDir;
+  env["DEEPEN_BIN"] = "";
+  Ran r = run_script({"bash", (box.dir / "spool" / "slurm_script").string(), (box.dir / "run.toml").string()}, env,
+                     "spool");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, std::string(" ") + test::kSourceDir + "/build/deepen train ")) << r.out;
+  env["SLURM_SUBMIT_DIR"] = box.dir.string();  // submitted from elsewhere, and no DEEPEN_HOME
+  env["DEEPEN_HOME"] = "";
+  r = run_script({"bash", (box.dir / "spool" / "slurm_script").string(), (box.dir / "run.toml").string()}, env,
+                 "spool_lost");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "cannot find slurm/lib.sh (set DEEPEN_HOME)")) << r.err;
 }
 
 TEST(SlurmScripts, MixedNodesWarnAndWrongRankCountsFailWithCode2) {
