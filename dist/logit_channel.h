@@ -76,7 +76,7 @@ class ChannelTeacherSource : public TeacherSource {
                        int student_world_rank);
   TeacherTargets targets(const MicroBatch& batch) override;
   std::string describe() const override { return format_.describe(); }
-  int64_t bytes_received() const { return bytes_; }
+  int64_t channel_bytes() const override { return bytes_; }
 
  private:
   Communicator& channel_;

@@ -20,6 +20,40 @@
 #include "train/student_trainer.h"
 
 namespace deepen {
+namespace {
+
+// Fault injection for tests (DEEPEN_FAULT_WRONG_BATCH=<student>:<step>): that student trains on
+// another step's batch at that step, the desync the logit channel's checksum must catch.
+class WrongBatchAt : public BatchSource {
+ public:
+  WrongBatchAt(const BatchSource& inner, int64_t student, int64_t step) : inner_(inner), student_(student), step_(step) {}
+  MicroBatch train(int64_t step, int64_t student, int64_t micro) const override {
+    if (student != student_ || step != step_) return inner_.train(step, student, micro);
+    MicroBatch wrong = inner_.train(step + 1, student, micro);
+    wrong.step = step;
+    return wrong;
+  }
+  MicroBatch eval(int64_t index) const override { return inner_.eval(index); }
+  int64_t eval_batches() const override { return inner_.eval_batches(); }
+  MicroBatch diagnostic() const override { return inner_.diagnostic(); }
+
+ private:
+  const BatchSource& inner_;
+  int64_t student_, step_;
+};
+
+std::unique_ptr<BatchSource> with_injected_faults(std::unique_ptr<BatchSource> batches,
+                                                  std::unique_ptr<BatchSource>& keep) {
+  const char* spec = std::getenv("DEEPEN_FAULT_WRONG_BATCH");
+  if (!spec) return batches;
+  int64_t student = 0, step = 0;
+  if (std::sscanf(spec, "%ld:%ld", &student, &step) != 2)
+    throw InputError(std::string("DEEPEN_FAULT_WRONG_BATCH: expected <student>:<step>, got ") + spec);
+  keep = std::move(batches);
+  return std::make_unique<WrongBatchAt>(*keep, student, step);
+}
+
+}  // namespace
 
 bool launched_with_several_ranks() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
@@ -87,7 +121,9 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
     CommStudentGroup group(*groups.students, student_ranks);
     ChannelTeacherSource teacher(*groups.logit_channel, channel_format(cfg.distill), vocab,
                                  layout.teacher_rank(me.pipeline, layout.teacher_stages - 1), mpi.rank());
-    const std::unique_ptr<BatchSource> batches = make_shard_batch_source(cfg, *tokenizer);
+    std::unique_ptr<BatchSource> real_batches;
+    const std::unique_ptr<BatchSource> batches =
+        with_injected_faults(make_shard_batch_source(cfg, *tokenizer), real_batches);
     StudentRun run;
     run.cfg = cfg;
     run.tokenizer = tokenizer.get();

@@ -143,7 +143,8 @@ class Trainer {
                            {"grad_norm", losses.grad_norm},
                            {"tokens", progress_.tokens},
                            {"active_layer_tokens", progress_.active_layer_tokens},
-                           {"tokens_per_s", report.tokens_per_s}});
+                           {"tokens_per_s", report.tokens_per_s},
+                           {"channel_bytes", run_.teacher ? run_.teacher->channel_bytes() : 0}});
       }
 
       const bool stage_end = schedule_.is_stage_end(step);

@@ -18,6 +18,8 @@ class TeacherSource {
   virtual TeacherTargets targets(const MicroBatch& batch) = 0;
   // "full" or "topk:<k>:<tail>", recorded in the run's metadata.
   virtual std::string describe() const = 0;
+  // Bytes that arrived over a logit channel so far (0 for an in-process teacher).
+  virtual int64_t channel_bytes() const { return 0; }
 };
 
 // A whole teacher in this process. Full logits, or top-k made with teacher_topk when k > 0.
