@@ -28,6 +28,7 @@
 #include "dist/control/wire.h"
 #include "launch/input_error.h"
 #include "tests/base/control_test_util.h"
+#include "tests/test_paths.h"
 
 namespace deepen::control {
 namespace {
@@ -248,6 +249,52 @@ int env_int(const char* name, int fallback) {
   return v && *v ? std::atoi(v) : fallback;
 }
 
+// One rank as the trainer would run it under slurm/run.sbatch: rank and world from srun's variables,
+// the secret from DEEPEN_JOB_SECRET_FILE, the coordinator's host from DEEPEN_COORDINATOR; rank 0
+// hosts through ControlPlane and publishes the endpoint in the run folder (the trainer would
+// broadcast it over MPI). Returns the exit code: 3 after the coordinated stop.
+int run_rank_child() {
+  const int rank = env_int("SLURM_PROCID", 0), world = env_int("SLURM_NTASKS", 1);
+  ControlOptions o;
+  o.rank = rank;
+  o.world = world;
+  o.role = rank == 0 ? "teacher p0 s0" : "student " + std::to_string(rank - 1);
+  o.secret = *secret_from_env();
+  o.heartbeat_s = 0.05;
+  o.watchdog_s = 5;
+  o.hard_exit_after_s = 2;
+  o.coordinator_bind = "127.0.0.1";
+  const Endpoint where = *coordinator_from_launch_env(0, "");
+  const std::string file = std::string(std::getenv("DEEPEN_RUN_DIR")) + "/control/endpoint";
+  ControlPlane plane(o);
+  if (rank == 0) {
+    Endpoint ep = plane.host_coordinator();
+    ep.host = where.host;  // "localhost" from DEEPEN_COORDINATOR, as other nodes would name it
+    write_endpoint_file(file, ep);
+  }
+  plane.connect(wait_for_endpoint_file(file, 20));
+  std::printf("CHILD READY rank %d\n", rank);
+  std::fflush(stdout);
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  try {
+    for (int64_t s = 0; std::chrono::steady_clock::now() < limit;) {
+      if (const auto stop = plane.stop_step(s); stop && s == *stop) {
+        std::printf("CHILD STOP %lld\n", static_cast<long long>(s));
+        std::fflush(stdout);
+        plane.shutdown(kExitRequeue, "coordinated stop");
+        return kExitRequeue;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(rank == 0 ? 2 : 8));  // the teacher runs ahead
+      ++s;
+      plane.report(s, 0, 1, {{"train_loss", 1.0 / double(s)}});
+    }
+  } catch (const ControlError& e) {
+    std::fprintf(stderr, "CHILD ABORTED %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
 // The child's body: an agent with a simulated trainer loop, or a coordinator that publishes its
 // endpoint in a file. It prints "CHILD ..." lines the parent reads, and exits with _Exit so that
 // nothing else runs after the verdict: 3 after a coordinated stop, 1 after an abort.
@@ -266,6 +313,9 @@ TEST(ControlChild, DISABLED_Main) {
     std::fflush(stdout);
     std::this_thread::sleep_for(std::chrono::seconds(60));  // the parent kills it
     std::_Exit(0);
+  }
+  if (std::string(mode) == "rank") {  // one rank of a job launched by slurm/run.sbatch
+    std::_Exit(run_rank_child());
   }
   const int rank = env_int("CHILD_RANK", 0);
   LogSink unused;
@@ -886,6 +936,65 @@ TEST(ControlMetricsHttp, OtherPathsMethodsAndBadRequestsAreRefusedWithinBounds) 
   EXPECT_EQ(http_get(port, "GET /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
   EXPECT_TRUE(closed_by_peer(silent, 5));
   ::close(silent);
+}
+
+// ---- tests: the whole chain ------------------------------------------------------------------
+
+// slurm/run.sbatch (not a dry run) with a fake srun that starts 3 ranks of this binary on this
+// machine: Slurm's SIGUSR1 to the batch shell -> forwarded to srun -> to every rank -> coordinated
+// stop at one step -> every rank exits 3 -> srun exits 3 -> the script runs `scontrol requeue`.
+TEST(ControlEndToEnd, Sigusr1ToTheBatchScriptStopsEveryRankAtOneStepAndRequeues) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("deepen_e2e_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "bin");
+  auto write_exe = [&](const std::string& name, const std::string& body) {
+    std::ofstream(dir / "bin" / name) << "#!/usr/bin/env bash\n" << body << "\n";
+    fs::permissions(dir / "bin" / name, fs::perms::owner_all);
+  };
+  write_exe("srun",  // starts SLURM_NTASKS ranks here, forwards signals, exits with the highest code
+            "while [[ $1 == --* ]]; do shift; done  # srun's own options\n"
+            "pids=()\nfor ((r = 0; r < SLURM_NTASKS; r++)); do SLURM_PROCID=$r \"$@\" & pids+=($!); done\n"
+            "trap 'kill -USR1 \"${pids[@]}\" 2>/dev/null' USR1\ntrap 'kill -TERM \"${pids[@]}\" 2>/dev/null' TERM\n"
+            "rc=0\nfor p in \"${pids[@]}\"; do\n  while :; do wait \"$p\"; kill -0 \"$p\" 2>/dev/null || break; done\n"
+            "  wait \"$p\" 2>/dev/null; c=$?; ((c > rc)) && rc=$c\ndone\nexit $rc");
+  write_exe("scontrol", "if [[ $1 == show ]]; then echo \"$3\"; exit; fi\necho \"$@\" >> " +
+                           (dir / "scontrol.log").string());  // `show hostnames localhost` -> localhost
+  write_exe("deepen", "exec " + self_exe() + " --gtest_filter=ControlChild.DISABLED_Main --gtest_also_run_disabled_tests");
+  std::ofstream(dir / "run.toml") << "[run]\nout_dir = \"" << (dir / "run").string()
+                                  << "\"\n[parallel]\nteacher_pipelines = 1\nteacher_stages = 1\nstudents = 2\n";
+  test::TestProcess job({"bash", std::string(test::kSourceDir) + "/slurm/run.sbatch", (dir / "run.toml").string()},
+                        {{"SLURM_JOB_NODELIST", "localhost"}, {"SLURM_NTASKS", "3"}, {"SLURM_TASKS_PER_NODE", "3"},
+                         {"SLURM_JOB_ID", "77"}, {"SLURM_RESTART_COUNT", ""}, {"DEEPEN_DRY_RUN", ""},
+                         {"DEEPEN_HOME", ""}, {"DEEPEN_RUN_DIR", ""}, {"DEEPEN_COORDINATOR", ""},
+                         {"DEEPEN_JOB_SECRET", ""}, {"DEEPEN_JOB_SECRET_FILE", ""}, {"DEEPEN_LAUNCHER", ""},
+                         {"DEEPEN_BIN", (dir / "bin" / "deepen").string()}, {"DEEPEN_CONTROL_CHILD", "rank"},
+                         {"PATH", (dir / "bin").string() + ":" + std::getenv("PATH")}},
+                        "e2e");
+  auto count = [](const std::string& text, const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+  };
+  ASSERT_TRUE(eventually([&] { return count(job.out(), "CHILD READY") == 3 || job.wait_exit(0); }, 30) &&
+              !job.wait_exit(0))
+      << job.out() << job.err();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let the ranks take some steps
+  job.signal(SIGUSR1);
+  const auto code = job.wait_exit(30);
+  ASSERT_TRUE(code.has_value()) << job.err();
+  EXPECT_EQ(*code, kExitRequeue) << job.err();
+  const std::string out = job.out();
+  std::set<std::string> stops;
+  for (size_t at = out.find("CHILD STOP "); at != std::string::npos; at = out.find("CHILD STOP ", at + 1)) {
+    stops.insert(out.substr(at + 11, out.find('\n', at) - at - 11));
+  }
+  EXPECT_EQ(count(out, "CHILD STOP "), 3u) << out;
+  ASSERT_EQ(stops.size(), 1u) << "ranks stopped at different steps:\n" << out;
+  EXPECT_GT(std::stoll(*stops.begin()), 0);
+  EXPECT_EQ(test::TestProcess::slurp((dir / "scontrol.log").string()), "requeue 77\n") << job.err();
+  EXPECT_EQ(job.err().find("ABORT"), std::string::npos) << job.err();
+  fs::remove_all(dir);
 }
 
 // ---- tests: the ControlPlane facade -----------------------------------------------------------
