@@ -20,6 +20,7 @@ const std::map<std::string, std::string, std::less<>>& known_help() {
       {"eval_kl", "Validation KL(teacher || student) at the last eval."},
       {"tokens_per_s", "Training tokens per second through this rank."},
       {"logit_bytes_per_s", "Logit-channel bytes per second sent (teacher) or received (student)."},
+      {"channel_bytes_per_s", "Logit-channel bytes per second sent (teacher) or received (student)."},
       {"lr", "Learning rate of the last step."},
       {"grad_norm", "Global gradient L2 norm of the last step, before clipping."},
   };
