@@ -125,8 +125,7 @@ class TokenizerJsonReader final : public nlohmann::json_sax<json> {
     return open(json::object());
   }
   bool key(string_t& k) override {
-    if (mode_ == kVocab) { key_ = std::move(k); return true; }
-    key_ = std::move(k);
+    key_ = std::move(k);  // in model.vocab: the token; elsewhere: where the next value goes
     return true;
   }
   bool end_object() override {
