@@ -16,6 +16,10 @@ int main(int argc, char** argv) {
   deepen::register_export_command(app);
   deepen::register_prep_command(app);
   deepen::register_tokenize_command(app);
+  deepen::register_study_command(app);
+  deepen::register_report_command(app);
+  deepen::register_plan_command(app);
+  deepen::register_demo_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

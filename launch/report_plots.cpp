@@ -191,7 +191,7 @@ std::vector<std::string> write_report_plots(const Report& report, const ReportOp
     if (panels > 0) {
       const int cols = std::min(panels, 2);
       const int rows = (panels + 1) / 2;
-      body << "set datafile missing 'NaN'\nset logscale y\nset grid\nset key top left\n"
+      body << "set datafile missing 'NaN'\nset logscale y\nset grid\nset key bottom right\n"
            << "set xlabel 'optimizer step'\nset ylabel 'RMS of the boundary representation'\n"
            << "set multiplot layout " << rows << "," << cols << " title 'Residual-stream RMS per token class (dotted: growth)'\n";
       if (hi > 0 && lo < hi) body << "set yrange [" << num(lo / 1.25) << ":" << num(hi * 1.25) << "]\n";

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -411,6 +413,67 @@ std::string describe_plan(const StudyPlan& plan, const LaunchContext& ctx) {
   return out.str();
 }
 
+namespace {
+
+// The last complete line of a file, reading only its end (metrics files grow with every step).
+std::string last_line(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  const std::streamoff start = std::max<std::streamoff>(0, size - 8192);
+  in.seekg(start);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!text.empty() && text.back() != '\n') text.pop_back();  // a line still being written
+  if (!text.empty()) text.pop_back();
+  const size_t nl = text.rfind('\n');
+  return nl == std::string::npos ? text : text.substr(nl + 1);
+}
+
+std::optional<nlohmann::json> last_record(const std::string& path) {
+  const std::string line = last_line(path);
+  if (line.empty()) return std::nullopt;
+  try {
+    return nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::string run_progress(const std::string& out_dir) {
+  const auto m = last_record((fs::path(out_dir) / "metrics.jsonl").string());
+  if (!m) return "starting";
+  int64_t total = 0;
+  try {
+    std::ifstream in(fs::path(out_dir) / "run.json");
+    total = nlohmann::json::parse(in).value("total_steps", int64_t{0});
+  } catch (const std::exception&) {
+  }
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "step %lld/%lld depth %lld loss %.4f", static_cast<long long>(m->value("step", 0) + 1),
+                static_cast<long long>(total), static_cast<long long>(m->value("depth", 0)), m->value("loss", 0.0));
+  std::string out = buf;
+  if (const auto e = last_record((fs::path(out_dir) / "eval.jsonl").string()); e && e->contains("val_ce")) {
+    std::snprintf(buf, sizeof buf, " val CE %.4f", e->value("val_ce", 0.0));
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf, " %.0f tok/s", m->value("tokens_per_s", 0.0));
+  return out + buf;
+}
+
+std::string tail_lines(const std::string& path, size_t n) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) {
+    lines.push_back(l);
+    if (lines.size() > n) lines.erase(lines.begin());
+  }
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
 int run_study(const StudyPlan& plan, const LaunchContext& ctx) {
   // Dependencies outside an --only selection must already have finished.
   for (const auto& job : plan.jobs) {
@@ -446,7 +509,38 @@ int run_study(const StudyPlan& plan, const LaunchContext& ctx) {
     std::cout << "study: " << tag << ": " << (resuming ? "resuming" : "starting") << "\n  " << shell_join(p.argv)
               << "\n" << std::flush;
     ++ran;
-    const int rc = run_process(p);
+    int rc = 0;
+    if (ctx.log_runs) {
+      // One live line per run, from its records; the run's own output goes to its log.
+      fs::create_directories(job.out_dir);
+      ProcessSpec logged = p;
+      logged.log_path = (fs::path(job.out_dir) / "train.log").string();
+      const bool tty = ::isatty(STDOUT_FILENO);
+      const auto start = std::chrono::steady_clock::now();
+      auto last_print = start;
+      auto line = [&] {
+        const auto now = std::chrono::steady_clock::now();
+        const auto secs = std::chrono::duration_cast<std::chrono::seconds>(now - start).count();
+        char clock[32];
+        std::snprintf(clock, sizeof clock, "%lld:%02lld", static_cast<long long>(secs / 60), static_cast<long long>(secs % 60));
+        return "  " + job.id() + "  " + run_progress(job.out_dir) + "  " + clock;
+      };
+      rc = run_process(logged, [&] {
+        const auto now = std::chrono::steady_clock::now();
+        if (tty) {
+          std::cout << "\r" << line() << "\033[K" << std::flush;
+        } else if (now - last_print >= std::chrono::seconds(30)) {
+          std::cout << line() << "\n" << std::flush;
+          last_print = now;
+        }
+      });
+      std::cout << (tty ? "\r" : "") << line() << (tty ? "\033[K" : "") << "\n";
+      if (rc != kExitOk && rc != kExitRequeue)
+        std::cout << "  --- last lines of " << logged.log_path << " ---\n" << tail_lines(logged.log_path, 30);
+      std::cout << std::flush;
+    } else {
+      rc = run_process(p);
+    }
     if (rc == kExitOk) {
       outcome[k] = Outcome::kDone;
       std::cout << "study: " << tag << ": finished\n" << std::flush;

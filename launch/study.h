@@ -113,7 +113,17 @@ struct LaunchContext {
   std::string mpirun;       // its path, or "" when there is none
   bool is_root = false;
   bool quiet = false;       // pass --quiet to the runs (no per-step lines)
+  // Each run's output goes to <out_dir>/train.log and one progress line per run is kept up to date
+  // from its records instead (the demo's view); a failed run's log tail is printed.
+  bool log_runs = false;
 };
+
+// One line on where a run stands, from its records, e.g.
+//   "step 120/300 depth 3 loss 2.3456 val CE 2.3101 812 tok/s"; "starting" before the first step.
+std::string run_progress(const std::string& out_dir);
+
+// The last `n` lines of a text file ("" if missing).
+std::string tail_lines(const std::string& path, size_t n);
 ProcessSpec job_process(const StudyPlan& plan, const StudyJob& job, const LaunchContext& ctx);
 
 // The plan as the user sees it before anything runs: one line per job with its layout, curriculum,

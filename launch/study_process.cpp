@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
+#include <thread>
 #include <cctype>
 #include <cerrno>
 #include <csignal>
@@ -106,7 +108,7 @@ std::string find_in_path(const std::string& program) {
   return "";
 }
 
-int run_process(const ProcessSpec& spec) {
+int run_process(const ProcessSpec& spec, const std::function<void()>& poll, double poll_s) {
   if (spec.argv.empty()) throw std::runtime_error("run_process: empty command line");
   int log_fd = -1;
   if (!spec.log_path.empty()) {
@@ -149,8 +151,20 @@ int run_process(const ProcessSpec& spec) {
   if (log_fd >= 0) ::close(log_fd);
   SignalForwarding forwarding(pid);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw std::runtime_error(std::string("waitpid failed: ") + std::strerror(errno));
+  const auto nap = std::chrono::milliseconds(20);
+  auto next_poll = std::chrono::steady_clock::now();
+  for (;;) {
+    const pid_t r = ::waitpid(pid, &status, poll ? WNOHANG : 0);
+    if (r == pid) break;
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("waitpid failed: ") + std::strerror(errno));
+    }
+    if (std::chrono::steady_clock::now() >= next_poll) {
+      poll();
+      next_poll = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(poll_s * 1000));
+    }
+    std::this_thread::sleep_for(nap);
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);

@@ -1,6 +1,7 @@
 // Child processes for the study runner and the demo: spawn this binary (or mpirun) and wait for it.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,7 +19,8 @@ struct ProcessSpec {
 // by a signal, like a shell). While it runs, SIGINT/SIGTERM/SIGUSR1 delivered to this process are
 // forwarded to the child's process group, so a coordinated stop reaches every rank of an mpirun
 // job. Throws std::runtime_error when the program cannot be started at all.
-int run_process(const ProcessSpec& spec);
+// `poll`, when given, is called about every `poll_s` seconds while the child runs (progress lines).
+int run_process(const ProcessSpec& spec, const std::function<void()>& poll = {}, double poll_s = 1.0);
 
 // The running executable (/proc/self/exe resolved), so children are the very same build.
 std::string self_executable();

@@ -1,0 +1,31 @@
+// `deepen demo`: the CPU study end to end (corpus, teacher, four runs, report) in one command.
+#include <cstdlib>
+#include <memory>
+
+#include <CLI/CLI.hpp>
+
+#include "launch/command_line.h"
+#include "launch/demo.h"
+#include "launch/input_error.h"
+
+namespace deepen {
+
+void register_demo_command(CLI::App& app) {
+  auto o = std::make_shared<DemoOptions>();
+  auto verbose = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand(
+      "demo", "CPU study end to end: prep a corpus, pretrain a small teacher, run pre/post x joint/grow, report");
+  cmd->add_option("--out", o->out_dir, "output folder (default runs/demo, runs/demo-small with --small)");
+  cmd->add_flag("--small", o->small, "the reduced demo (a minute or two; what the test runs)");
+  cmd->add_option("--configs", o->configs, "folder holding demo.toml (default: configs/demo of this checkout)");
+  cmd->add_option("--launcher", o->launcher, "auto | mpirun | direct: how each student run starts (default: the study's)");
+  cmd->add_flag("--verbose", *verbose, "show every run's own output instead of one progress line per run");
+  cmd->callback([o, verbose] {
+    if (std::getenv("DEEPEN_DEMO_SMALL")) o->small = true;
+    o->log_runs = !*verbose;
+    const int rc = run_demo(*o);
+    if (rc != kExitOk) throw ExitRequest(rc);
+  });
+}
+
+}  // namespace deepen

@@ -1,0 +1,37 @@
+// `deepen demo`: the CPU study end to end — prep a corpus, pretrain a small teacher, run the four core
+// runs (pre/post-norm x joint/grow) as a study, write the report — driven by configs/demo/demo.toml.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace deepen {
+
+struct DemoOptions {
+  std::string out_dir;     // "" = runs/demo (runs/demo-small with `small`)
+  bool small = false;      // the reduced demo of demo.toml's [small] (the test runs it)
+  std::string configs;     // folder holding demo.toml; "" = configs/demo of this checkout
+  std::string launcher;    // "" = the study file's; "direct" runs every student run in one process
+  bool log_runs = true;    // runs' output to their train.log, one progress line each on the terminal
+};
+
+// What demo.toml says, with paths resolved against its folder.
+struct DemoPlan {
+  std::string teacher_config;               // pretrain config; its [data] also drives prep
+  std::string study;                        // study file
+  std::vector<std::string> prep_sets;       // extra overrides for prep (small)
+  std::vector<std::string> teacher_sets;    // extra overrides for the teacher (small)
+};
+
+// Reads <configs>/demo.toml (InputError naming file and key).
+DemoPlan load_demo_plan(const std::string& configs_dir, bool small);
+
+// configs/demo of the checkout holding this binary (<exe>/../../configs/demo), else of the working
+// directory; "" if neither exists.
+std::string find_demo_configs(const std::string& deepen_exe);
+
+// Runs the demo; every step is skipped when its output is already complete, so an interrupted demo
+// continues where it stopped. Returns the exit code (0 when the report was written).
+int run_demo(const DemoOptions& options);
+
+}  // namespace deepen
