@@ -1,0 +1,49 @@
+// Communicator factory (backend choice) and the layout's groups split from the world.
+#include "dist/communicator.h"
+
+#include "dist/mpi_session.h"
+#include "dist/rank_layout.h"
+#ifdef DEEPEN_WITH_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+
+#include "dist/nccl_communicator.h"
+#endif
+
+namespace deepen {
+
+bool nccl_available() {
+#ifdef DEEPEN_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, const MpiSession& mpi) {
+  int devices = 0;
+#ifdef DEEPEN_WITH_NCCL
+  devices = c10::cuda::device_count();
+#endif
+  if (resolve_backend(backend, nccl_available(), devices) == "mpi") return make_mpi_communicator(mpi);
+#ifdef DEEPEN_WITH_NCCL
+  return make_nccl_communicator(mpi);
+#else
+  throw std::logic_error("make_communicator: resolve_backend chose nccl in a build without it");
+#endif
+}
+
+RankGroups make_rank_groups(Communicator& world, const RankLayout& layout) {
+  if (world.size() != layout.world_size)
+    throw std::invalid_argument("make_rank_groups: communicator of " + std::to_string(world.size()) +
+                                " ranks for a layout of " + std::to_string(layout.world_size));
+  RankGroups g;
+  const GroupSlot p = layout.slot(world.rank(), GroupKind::kTeacherPipeline);
+  g.teacher_pipeline = world.split(p.color, p.key);
+  const GroupSlot c = layout.slot(world.rank(), GroupKind::kLogitChannel);
+  g.logit_channel = world.split(c.color, c.key);
+  const GroupSlot s = layout.slot(world.rank(), GroupKind::kStudents);
+  g.students = world.split(s.color, s.key);
+  return g;
+}
+
+}  // namespace deepen

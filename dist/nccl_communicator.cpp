@@ -1,0 +1,263 @@
+// NCCL backend of Communicator: stream-ordered collectives and point-to-point on CUDA tensors, its
+// unique id bootstrapped over MPI, ncclCommAbort for the watchdog.
+#include "dist/nccl_communicator.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <iostream>
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "dist/abort_state.h"
+#include "dist/mpi_communicator.h"
+#include "dist/mpi_session.h"
+#include "dist/rank_layout.h"
+
+namespace deepen {
+namespace {
+
+constexpr int kMaxTag = 32767;  // same range as the MPI backend, so code runs unchanged on both
+
+void check_cuda(cudaError_t rc, const std::string& what) {
+  if (rc != cudaSuccess) throw CommError("CUDA " + what + ": " + cudaGetErrorString(rc));
+}
+
+ncclDataType_t nccl_type(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return ncclFloat32;
+    case at::kDouble: return ncclFloat64;
+    case at::kHalf: return ncclFloat16;
+    case at::kBFloat16: return ncclBfloat16;
+    case at::kInt: return ncclInt32;
+    case at::kLong: return ncclInt64;
+    case at::kChar: return ncclInt8;
+    case at::kByte: return ncclUint8;
+    default:
+      throw std::invalid_argument("NcclCommunicator: unsupported dtype " + std::string(c10::toString(dtype)));
+  }
+}
+
+// A CUDA event marking the end of one operation on the communication stream.
+class CudaEvent {
+ public:
+  CudaEvent() { check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate"); }
+  ~CudaEvent() { cudaEventDestroy(event_); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+class NcclCommunicator;
+
+class NcclRequest final : public Request {
+ public:
+  NcclRequest(NcclCommunicator* comm, std::shared_ptr<CudaEvent> done, std::string what)
+      : comm_(comm), done_(std::move(done)), what_(std::move(what)) {}
+  void wait() override;
+  bool test() override;
+
+ private:
+  NcclCommunicator* comm_;
+  std::shared_ptr<CudaEvent> done_;
+  std::string what_;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(std::unique_ptr<MpiCommunicator> mpi, int device)
+      : mpi_(std::move(mpi)),
+        device_(device),
+        state_(mpi_->abort_state()),
+        stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, static_cast<c10::DeviceIndex>(device))) {
+    ncclUniqueId id;
+    if (mpi_->rank() == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    mpi_->broadcast_bytes(&id, sizeof(id), 0);
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    check(ncclCommInitRank(&comm_, mpi_->size(), id, mpi_->rank()), "ncclCommInitRank");
+    // One abort flag for this communicator and its MPI twin: aborting either stops both.
+    state_->set_on_abort([comm = comm_] { ncclCommAbort(comm); });
+  }
+
+  ~NcclCommunicator() override {
+    state_->set_on_abort(nullptr);  // from here on the hook has run or never will
+    if (!state_->aborted()) ncclCommDestroy(comm_);
+  }
+
+  int rank() const override { return mpi_->rank(); }
+  int size() const override { return mpi_->size(); }
+  std::string backend() const override { return "nccl"; }
+
+  void send(const at::Tensor& tensor, int dst, int tag) override {
+    isend(tensor, dst, tag)->wait();
+  }
+  void recv(const at::Tensor& out, int src, int tag) override { irecv(out, src, tag)->wait(); }
+  std::unique_ptr<Request> isend(const at::Tensor& tensor, int dst, int tag) override {
+    return batch_isend_irecv({P2POp{P2POp::kSend, tensor, dst, tag}});
+  }
+  std::unique_ptr<Request> irecv(const at::Tensor& out, int src, int tag) override {
+    return batch_isend_irecv({P2POp{P2POp::kRecv, out, src, tag}});
+  }
+
+  std::unique_ptr<Request> batch_isend_irecv(const std::vector<P2POp>& ops) override {
+    std::vector<at::Tensor> tensors;
+    std::string what;
+    for (const P2POp& p : ops) {
+      check_tensor(p.tensor, p.kind == P2POp::kSend ? "send" : "recv");
+      if (p.peer < 0 || p.peer >= size())
+        throw std::invalid_argument("NcclCommunicator: rank " + std::to_string(p.peer) + " outside a communicator of " +
+                                    std::to_string(size()));
+      if (p.tag < 0 || p.tag > kMaxTag)
+        throw std::invalid_argument("NcclCommunicator: tag " + std::to_string(p.tag) + " outside 0.." +
+                                    std::to_string(kMaxTag));
+      tensors.push_back(p.tensor);
+      what += std::string(what.empty() ? "" : ", ") + (p.kind == P2POp::kSend ? "send to" : "recv from") +
+              " rank " + std::to_string(p.peer);
+    }
+    auto done = enqueue(tensors, what, [&](cudaStream_t s) {
+      check(ncclGroupStart(), "ncclGroupStart");
+      for (const P2POp& p : ops) {
+        if (p.kind == P2POp::kSend)
+          check(ncclSend(p.tensor.data_ptr(), p.tensor.nbytes(), ncclUint8, p.peer, comm_, s), "ncclSend");
+        else
+          check(ncclRecv(p.tensor.data_ptr(), p.tensor.nbytes(), ncclUint8, p.peer, comm_, s), "ncclRecv");
+      }
+      check(ncclGroupEnd(), "ncclGroupEnd");
+    });
+    return std::make_unique<NcclRequest>(this, std::move(done), what);
+  }
+
+  void broadcast(const at::Tensor& tensor, int root) override {
+    check_tensor(tensor, "broadcast");
+    auto done = enqueue({tensor}, "broadcast", [&](cudaStream_t s) {
+      check(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.nbytes(), ncclUint8, root, comm_, s),
+            "ncclBroadcast");
+    });
+    order_current_after(*done);
+  }
+
+  void all_reduce_sum(const at::Tensor& tensor) override { all_reduce(tensor, ncclSum, "all_reduce_sum"); }
+  void all_reduce_avg(const at::Tensor& tensor) override {
+    if (!at::isFloatingType(tensor.scalar_type()))
+      throw std::invalid_argument("NcclCommunicator::all_reduce_avg: needs a floating dtype");
+    all_reduce(tensor, ncclAvg, "all_reduce_avg");
+  }
+
+  std::vector<int64_t> all_gather(int64_t value) override { return mpi_->all_gather(value); }
+  std::vector<uint64_t> all_gather(uint64_t value) override { return mpi_->all_gather(value); }
+  void barrier() override { mpi_->barrier(); }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    auto child = mpi_->split_mpi(color, key);  // adopts the child's abort flag
+    if (!child) return nullptr;
+    return std::make_unique<NcclCommunicator>(std::move(child), device_);
+  }
+
+  void abort() override { state_->abort(); }
+  bool aborted() const override { return state_->aborted(); }
+
+  // Throws CommError when aborted or when NCCL reports an asynchronous error (a dead peer).
+  void check_open(const std::string& what) {
+    if (state_->aborted()) throw CommError("rank " + std::to_string(rank()) + ": " + what + ": communicator aborted");
+    ncclResult_t async = ncclSuccess;
+    check(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError");
+    if (async != ncclSuccess && async != ncclInProgress)
+      throw CommError("rank " + std::to_string(rank()) + ": " + what + ": NCCL: " + ncclGetErrorString(async));
+  }
+
+  // The caller's current stream waits for `done` (stream-ordered completion).
+  void order_current_after(const CudaEvent& done) {
+    c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
+    check_cuda(cudaStreamWaitEvent(current.stream(), done.get(), 0), "cudaStreamWaitEvent");
+  }
+
+ private:
+  void check(ncclResult_t rc, const char* what) {
+    if (rc == ncclSuccess || rc == ncclInProgress) return;
+    throw CommError(std::string("NCCL ") + what + " on rank " + std::to_string(mpi_->rank()) + ": " +
+                    ncclGetErrorString(rc) + (comm_ ? std::string(" (") + ncclGetLastError(comm_) + ")" : ""));
+  }
+
+  void check_tensor(const at::Tensor& t, const char* op) const {
+    if (!t.defined()) throw std::invalid_argument(std::string("NcclCommunicator::") + op + ": undefined tensor");
+    if (!t.is_cuda() || t.device().index() != device_)
+      throw std::invalid_argument(std::string("NcclCommunicator::") + op + ": tensor on " + t.device().str() +
+                                  ", expected cuda:" + std::to_string(device_));
+    if (!t.is_contiguous())
+      throw std::invalid_argument(std::string("NcclCommunicator::") + op + ": tensor is not contiguous");
+  }
+
+  // Runs `op` on the communication stream after the current stream's queued work; the tensors'
+  // memory is marked in use by the communication stream so the caching allocator does not hand it
+  // out again before the transfer ends. Returns the event that marks the end.
+  template <class Op>
+  std::shared_ptr<CudaEvent> enqueue(const std::vector<at::Tensor>& tensors, const std::string& what, Op&& op) {
+    check_open(what);
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
+    CudaEvent ready;
+    check_cuda(cudaEventRecord(ready.get(), current.stream()), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(stream_.stream(), ready.get(), 0), "cudaStreamWaitEvent");
+    op(stream_.stream());
+    for (const at::Tensor& t : tensors)
+      c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream_);
+    auto done = std::make_shared<CudaEvent>();
+    check_cuda(cudaEventRecord(done->get(), stream_.stream()), "cudaEventRecord");
+    return done;
+  }
+
+  void all_reduce(const at::Tensor& tensor, ncclRedOp_t red, const char* what) {
+    check_tensor(tensor, what);
+    const ncclDataType_t type = nccl_type(tensor.scalar_type());
+    auto done = enqueue({tensor}, what, [&](cudaStream_t s) {
+      check(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), type, red, comm_, s), "ncclAllReduce");
+    });
+    order_current_after(*done);
+  }
+
+  std::unique_ptr<MpiCommunicator> mpi_;  // same ranks: bootstrap, scalars, barrier, split
+  int device_;
+  std::shared_ptr<AbortState> state_;
+  c10::cuda::CUDAStream stream_;
+  ncclComm_t comm_ = nullptr;
+};
+
+void NcclRequest::wait() {
+  comm_->check_open(what_);
+  comm_->order_current_after(*done_);
+}
+
+bool NcclRequest::test() {
+  comm_->check_open(what_);
+  const cudaError_t rc = cudaEventQuery(done_->get());
+  if (rc == cudaErrorNotReady) return false;
+  check_cuda(rc, "cudaEventQuery");
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<MpiCommunicator> bootstrap, int device) {
+  return std::make_unique<NcclCommunicator>(std::move(bootstrap), device);
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(const MpiSession& mpi) {
+  const int device = choose_cuda_device(mpi.local_rank(), mpi.local_size(), c10::cuda::device_count());
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
+  char bus[64] = {};
+  check_cuda(cudaDeviceGetPCIBusId(bus, sizeof(bus), device), "cudaDeviceGetPCIBusId");
+  MPI_Comm world = MPI_COMM_NULL;
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &world) != MPI_SUCCESS) throw CommError("MPI_Comm_dup failed");
+  auto bootstrap = std::make_unique<MpiCommunicator>(world, int64_t{1} << 30, std::make_shared<AbortState>());
+  check_distinct_devices(bootstrap->all_gather_strings(mpi.hostnames().at(mpi.rank()) + "/" + bus));
+  return make_nccl_communicator(std::move(bootstrap), device);
+}
+
+}  // namespace deepen

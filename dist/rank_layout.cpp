@@ -1,0 +1,227 @@
+// Rank layout, layer split and placement checks: pure functions over the config and the world.
+#include "dist/rank_layout.h"
+
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "launch/config.h"
+#include "launch/input_error.h"
+#include "model/layer_split.h"
+
+namespace deepen {
+namespace {
+
+std::string join(const std::vector<int>& xs) {
+  std::string s = "{";
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(xs[i]);
+  }
+  return s + "}";
+}
+
+std::string join(const std::set<std::string>& xs) {
+  std::string s;
+  for (const auto& x : xs) {
+    if (!s.empty()) s += ", ";
+    s += x;
+  }
+  return s;
+}
+
+}  // namespace
+
+RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teacher_layers) {
+  const int64_t T = cfg.teacher_pipelines, P = cfg.teacher_stages, S = cfg.students;
+  if (T < 1) throw InputError("parallel.teacher_pipelines: must be at least 1, got " + std::to_string(T));
+  if (P < 1) throw InputError("parallel.teacher_stages: must be at least 1, got " + std::to_string(P));
+  if (S < 1) throw InputError("parallel.students: must be at least 1, got " + std::to_string(S));
+  if (S % T != 0)
+    throw InputError("parallel.students = " + std::to_string(S) +
+                     " is not a multiple of parallel.teacher_pipelines = " + std::to_string(T) +
+                     ": every pipeline must serve the same number of students");
+  if (T * P + S != world_size)
+    throw InputError("world size " + std::to_string(world_size) +
+                     " does not match parallel.teacher_pipelines (" + std::to_string(T) +
+                     ") x parallel.teacher_stages (" + std::to_string(P) + ") + parallel.students (" +
+                     std::to_string(S) + ") = " + std::to_string(T * P + S) +
+                     ": launch that many ranks or change parallel.*");
+  const std::vector<std::pair<int, int>> split = split_layers(teacher_layers, static_cast<int>(P));
+
+  RankLayout l;
+  l.teacher_pipelines = static_cast<int>(T);
+  l.teacher_stages = static_cast<int>(P);
+  l.students = static_cast<int>(S);
+  l.world_size = world_size;
+  l.teacher_layers = teacher_layers;
+  l.ranks.resize(world_size);
+  for (int t = 0; t < T; ++t) {
+    for (int p = 0; p < P; ++p) {
+      RankInfo& r = l.ranks[l.teacher_rank(t, p)];
+      r.role = RankRole::kTeacher;
+      r.pipeline = t;
+      r.stage = p;
+      r.first_layer = split[p].first;
+      r.last_layer = split[p].second;
+    }
+  }
+  for (int s = 0; s < S; ++s) {
+    RankInfo& r = l.ranks[l.student_rank(s)];
+    r.role = RankRole::kStudent;
+    r.student = s;
+    r.pipeline = s / l.students_per_pipeline();
+  }
+  return l;
+}
+
+int RankLayout::teacher_rank(int pipeline, int stage) const {
+  if (pipeline < 0 || pipeline >= teacher_pipelines || stage < 0 || stage >= teacher_stages)
+    throw std::out_of_range("RankLayout::teacher_rank: no pipeline " + std::to_string(pipeline) +
+                            " stage " + std::to_string(stage));
+  return pipeline * teacher_stages + stage;
+}
+
+int RankLayout::student_rank(int student) const {
+  if (student < 0 || student >= students)
+    throw std::out_of_range("RankLayout::student_rank: no student " + std::to_string(student));
+  return teacher_ranks() + student;
+}
+
+int RankLayout::group_count(GroupKind kind) const {
+  return kind == GroupKind::kStudents ? 1 : teacher_pipelines;
+}
+
+std::vector<int> RankLayout::group_ranks(GroupKind kind, int index) const {
+  if (index < 0 || index >= group_count(kind))
+    throw std::out_of_range("RankLayout::group_ranks: no group " + std::to_string(index));
+  std::vector<int> out;
+  switch (kind) {
+    case GroupKind::kTeacherPipeline:
+      for (int p = 0; p < teacher_stages; ++p) out.push_back(teacher_rank(index, p));
+      break;
+    case GroupKind::kLogitChannel: {
+      out.push_back(teacher_rank(index, teacher_stages - 1));
+      const int k = students_per_pipeline();
+      for (int s = index * k; s < (index + 1) * k; ++s) out.push_back(student_rank(s));
+      break;
+    }
+    case GroupKind::kStudents:
+      for (int s = 0; s < students; ++s) out.push_back(student_rank(s));
+      break;
+  }
+  return out;
+}
+
+GroupSlot RankLayout::slot(int rank, GroupKind kind) const {
+  const RankInfo& r = ranks.at(rank);
+  switch (kind) {
+    case GroupKind::kTeacherPipeline:
+      if (r.is_teacher()) return {r.pipeline, r.stage};
+      return {};
+    case GroupKind::kLogitChannel:
+      if (r.is_teacher()) return r.stage == teacher_stages - 1 ? GroupSlot{r.pipeline, 0} : GroupSlot{};
+      return {r.pipeline, 1 + r.student % students_per_pipeline()};
+    case GroupKind::kStudents:
+      if (r.is_student()) return {0, r.student};
+      return {};
+  }
+  return {};
+}
+
+std::string RankLayout::describe() const {
+  std::ostringstream o;
+  o << "world " << world_size << " = " << teacher_pipelines << " teacher pipeline(s) x "
+    << teacher_stages << " stage(s) + " << students << " student(s); teacher has " << teacher_layers
+    << " layers\n";
+  for (int i = 0; i < world_size; ++i) {
+    const RankInfo& r = ranks[i];
+    o << "  rank " << i << ": ";
+    if (r.is_teacher())
+      o << "teacher pipeline " << r.pipeline << " stage " << r.stage << ", layers [" << r.first_layer
+        << ", " << r.last_layer << ")";
+    else
+      o << "student " << r.student << ", fed by pipeline " << r.pipeline;
+    o << "\n";
+  }
+  for (int t = 0; t < teacher_pipelines; ++t)
+    o << "  pipeline " << t << " = " << join(group_ranks(GroupKind::kTeacherPipeline, t))
+      << ", logit channel " << t << " = " << join(group_ranks(GroupKind::kLogitChannel, t)) << "\n";
+  o << "  students = " << join(group_ranks(GroupKind::kStudents)) << "\n";
+  return o.str();
+}
+
+std::vector<std::string> check_placement(const RankLayout& layout,
+                                          const std::vector<std::string>& hostnames) {
+  if (static_cast<int>(hostnames.size()) != layout.world_size)
+    throw std::invalid_argument("check_placement: " + std::to_string(hostnames.size()) +
+                                " hostnames for a world of " + std::to_string(layout.world_size));
+  const std::set<std::string> nodes(hostnames.begin(), hostnames.end());
+  std::vector<std::string> warnings;
+  if (nodes.size() <= 1) return warnings;
+
+  std::map<std::string, std::pair<std::vector<int>, std::vector<int>>> roles;  // node -> teachers, students
+  for (int i = 0; i < layout.world_size; ++i) {
+    auto& [teachers, students] = roles[hostnames[i]];
+    (layout.ranks[i].is_teacher() ? teachers : students).push_back(i);
+  }
+  for (const auto& [node, ts] : roles) {
+    if (!ts.first.empty() && !ts.second.empty())
+      throw InputError("placement: node " + node + " hosts teacher ranks " + join(ts.first) +
+                       " and student ranks " + join(ts.second) + " in a job on " +
+                       std::to_string(nodes.size()) + " nodes; teachers (the first " +
+                       std::to_string(layout.teacher_ranks()) +
+                       " ranks = parallel.teacher_pipelines x parallel.teacher_stages) and students "
+                       "must be on separate nodes: make the tasks per node divide " +
+                       std::to_string(layout.teacher_ranks()) + " or change parallel.*");
+  }
+  for (int t = 0; t < layout.teacher_pipelines; ++t) {
+    std::set<std::string> spanned;
+    for (int r : layout.group_ranks(GroupKind::kTeacherPipeline, t)) spanned.insert(hostnames[r]);
+    if (spanned.size() > 1)
+      warnings.push_back("placement: teacher pipeline " + std::to_string(t) + " spans nodes " +
+                         join(spanned) + ": its activations cross the network between stages");
+  }
+  return warnings;
+}
+
+int choose_cuda_device(int local_rank, int local_size, int device_count) {
+  if (device_count < 1) throw InputError("placement: no CUDA device visible to this rank");
+  if (local_rank < 0 || local_rank >= local_size)
+    throw std::invalid_argument("choose_cuda_device: local rank " + std::to_string(local_rank) +
+                                " outside a node of " + std::to_string(local_size));
+  if (local_size <= device_count) return local_rank;
+  if (device_count == 1) return 0;
+  throw InputError("placement: " + std::to_string(local_size) + " ranks on this node but only " +
+                   std::to_string(device_count) +
+                   " visible CUDA devices: two ranks would share a GPU, which NCCL forbids; "
+                   "launch at most one rank per GPU");
+}
+
+void check_distinct_devices(const std::vector<std::string>& device_ids) {
+  std::map<std::string, int> first;
+  for (int i = 0; i < static_cast<int>(device_ids.size()); ++i) {
+    auto [it, fresh] = first.emplace(device_ids[i], i);
+    if (!fresh)
+      throw InputError("placement: ranks " + std::to_string(it->second) + " and " + std::to_string(i) +
+                       " use the same GPU " + device_ids[i] +
+                       ", which NCCL forbids; launch at most one rank per GPU");
+  }
+}
+
+std::string resolve_backend(const std::string& requested, bool nccl_built, int cuda_devices) {
+  if (requested == "mpi") return "mpi";
+  if (requested == "auto") return nccl_built && cuda_devices > 0 ? "nccl" : "mpi";
+  if (requested == "nccl") {
+    if (!nccl_built)
+      throw InputError("parallel.backend = \"nccl\": this build of deepen has no NCCL backend "
+                       "(configure with CUDA and NCCL present); use \"mpi\" or \"auto\"");
+    if (cuda_devices < 1)
+      throw InputError("parallel.backend = \"nccl\": no CUDA device is visible; use \"mpi\" or \"auto\"");
+    return "nccl";
+  }
+  throw InputError("parallel.backend: expected \"auto\", \"mpi\" or \"nccl\", got \"" + requested + "\"");
+}
+
+}  // namespace deepen

@@ -1,0 +1,108 @@
+// Rank layout: which rank is which teacher stage or student, the groups each one joins, the layers
+// of each teacher stage, and the placement checks (nodes, GPUs, backend) made before any heavy work.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace deepen {
+
+struct ParallelConfig;
+
+enum class RankRole { kTeacher, kStudent };
+
+// What one rank does.
+struct RankInfo {
+  RankRole role = RankRole::kStudent;
+  int pipeline = -1;  // teacher: its pipeline t; student: the pipeline whose logits it trains on
+  int stage = -1;     // teacher: 0..P-1; student: -1
+  int student = -1;   // student: its data-parallel index s in 0..S-1; teacher: -1
+  int first_layer = 0;  // teacher: this stage holds decoder layers [first_layer, last_layer),
+  int last_layer = 0;   //   split by model/layer_split.h's split_layers; student: 0, 0
+  bool is_teacher() const { return role == RankRole::kTeacher; }
+  bool is_student() const { return role == RankRole::kStudent; }
+};
+
+// The communicator groups of the design: each teacher pipeline (activations), each logit channel
+// (last stage of pipeline t + the students it serves), and all students (gradients, growth).
+enum class GroupKind { kTeacherPipeline, kLogitChannel, kStudents };
+
+// A rank's place in one kind of group, in the form Communicator::split(color, key) takes: ranks with
+// the same color form one group, ordered by key (so key = rank in the group). color < 0: not a member.
+struct GroupSlot {
+  int color = -1;
+  int key = -1;
+  bool member() const { return color >= 0; }
+  bool operator==(const GroupSlot&) const = default;
+};
+
+// Teacher ranks come first, pipeline by pipeline, then students, so that on a homogeneous Slurm
+// allocation teachers and students fall on separate nodes by rank ranges. Pipeline t serves the
+// students [t·S/T, (t+1)·S/T).
+//
+// Example: T=2 pipelines, P=2 stages, S=4 students, world=8, a 36-layer teacher
+//   ranks 0,1 = pipeline 0 stages 0,1 (layers [0,18), [18,36))
+//   ranks 2,3 = pipeline 1 stages 0,1 (layers [0,18), [18,36))
+//   ranks 4,5 = students 0,1 (fed by pipeline 0)   ranks 6,7 = students 2,3 (fed by pipeline 1)
+//   groups: pipeline 0 = {0,1}          pipeline 1 = {2,3}
+//           logit channel 0 = {1,4,5}   logit channel 1 = {3,6,7}  (the last stage has key 0)
+//           students = {4,5,6,7}
+// Example: T=1, P=3, S=2, world=5: ranks 0,1,2 = stages 0,1,2; ranks 3,4 = students 0,1;
+//   pipeline 0 = {0,1,2}, logit channel 0 = {2,3,4}, students = {3,4}.
+// Example: T=2, P=1, S=2, world=4: ranks 0,1 = pipelines 0,1 (one stage each, all layers);
+//   ranks 2,3 = students 0,1; logit channel 0 = {0,2}, logit channel 1 = {1,3}, students = {2,3}.
+struct RankLayout {
+  int teacher_pipelines = 0;  // T
+  int teacher_stages = 0;     // P
+  int students = 0;           // S
+  int world_size = 0;         // T·P + S
+  int teacher_layers = 0;
+  std::vector<RankInfo> ranks;  // indexed by world rank
+
+  int teacher_ranks() const { return teacher_pipelines * teacher_stages; }
+  int students_per_pipeline() const { return students / teacher_pipelines; }
+  // World rank of pipeline t's stage p, and of student s.
+  int teacher_rank(int pipeline, int stage) const;
+  int student_rank(int student) const;
+  // Members of group `index` of a kind (pipeline or channel t; index 0 for kStudents), in key order.
+  std::vector<int> group_ranks(GroupKind kind, int index = 0) const;
+  // How many groups of a kind there are (T, T, 1).
+  int group_count(GroupKind kind) const;
+  // Where world rank `rank` sits in groups of `kind` (color = group index, key = rank in group).
+  GroupSlot slot(int rank, GroupKind kind) const;
+  // A readable table of roles and groups, for --dry-run and the run's log.
+  std::string describe() const;
+};
+
+// Pure: the layout for a config, a world size and the teacher's decoder layer count.
+// Throws InputError naming parallel.* keys when the world size is not T·P+S, when S is not a multiple
+// of T, when P exceeds the teacher's layers, or when a count is below 1.
+RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teacher_layers);
+
+// Node-aware placement, from the hostname of every world rank (gathered at startup). On more than one
+// node, a node that hosts both teachers and students is an InputError: rank ranges are meant to put
+// them on separate nodes, and a mixed node means the allocation's tasks per node do not divide T·P
+// (the message says so). Returns warnings, e.g. a teacher pipeline whose stages span nodes (its
+// activations then cross the network), for the caller to log.
+std::vector<std::string> check_placement(const RankLayout& layout,
+                                          const std::vector<std::string>& hostnames);
+
+// The CUDA device of a rank from its place on its node. NCCL forbids two ranks of one communicator
+// on one GPU, so:
+//   local_size <= device_count -> device local_rank  (8 ranks on an 8-GPU node: rank i -> GPU i)
+//   device_count == 1          -> device 0 (each task sees only its own GPU, e.g. srun
+//                                 --gpus-per-task=1; check_distinct_devices confirms it)
+//   otherwise                  -> InputError: two ranks would share a GPU.
+int choose_cuda_device(int local_rank, int local_size, int device_count);
+
+// Throws InputError naming the two world ranks when two entries are equal; an entry identifies a
+// physical GPU, e.g. "<hostname>/<PCI bus id>".
+void check_distinct_devices(const std::vector<std::string>& device_ids);
+
+// parallel.backend resolved: "auto" is "nccl" when this build has NCCL and CUDA devices are
+// visible, else "mpi". "nccl" without NCCL or without a device is an InputError.
+//   resolve_backend("auto", true, 8) -> "nccl"     resolve_backend("auto", true, 0) -> "mpi"
+//   resolve_backend("mpi", true, 8)  -> "mpi"      resolve_backend("nccl", false, 8) -> InputError
+std::string resolve_backend(const std::string& requested, bool nccl_built, int cuda_devices);
+
+}  // namespace deepen
