@@ -67,7 +67,9 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
   TeacherStageStats stats;
   at::NoGradGuard no_grad;
 
+  stats.steps_done = run.first_step;
   for (int64_t step = run.first_step; step < run.end_step; ++step) {
+    if (run.stop_at && run.stop_at(step)) break;
     for (const ItemKey& key : pipeline_items(cfg, schedule, *run.layout, me.pipeline, step)) {
       at::Tensor input;
       uint64_t checksum = 0;
@@ -109,6 +111,8 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
       }
       ++stats.items;
     }
+    stats.steps_done = step + 1;
+    if (run.on_step) run.on_step(step + 1);
   }
   for (auto& hop : outgoing) {
     hop.header_req->wait();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -38,9 +39,13 @@ struct TeacherStageRun {
   std::shared_ptr<TeacherStage> stage;
   int64_t first_step = 0;  // steps [first_step, end_step) are served
   int64_t end_step = 0;
+  // Asked before a step's items are produced (steps produced so far); true ends the loop there.
+  std::function<bool(int64_t steps_done)> stop_at;
+  std::function<void(int64_t steps_done)> on_step;  // after a step's items went out
 };
 
 struct TeacherStageStats {
+  int64_t steps_done = 0;     // the step the loop ended at (end_step, or an agreed stop)
   int64_t items = 0;
   int64_t channel_bytes = 0;  // last stage: bytes sent to students
   double seconds = 0;

@@ -14,6 +14,7 @@
 #include "launch/checkpoint_store.h"
 #include "launch/compute_threads.h"
 #include "launch/input_error.h"
+#include "launch/job_control.h"
 #include "launch/student_job.h"
 #include "model/teacher_stage.h"
 #include "train/shard_batch_source.h"
@@ -78,6 +79,11 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
 
   std::unique_ptr<Communicator> world = make_communicator(cfg.parallel.backend, mpi);
   RankGroups groups = make_rank_groups(*world, layout);
+  const RankInfo& me = layout.ranks.at(static_cast<size_t>(mpi.rank()));
+  const std::string role = me.is_teacher() ? "teacher p" + std::to_string(me.pipeline) + " s" + std::to_string(me.stage)
+                                           : "student " + std::to_string(me.student);
+  // The watchdog's way out of a hung collective: abort the world (and every group split from it).
+  JobControl control(cfg, mpi.rank(), mpi.size(), mpi.hostnames(), world.get(), role, [&world] { world->abort(); });
 
   // Student 0 chooses the checkpoint every rank resumes from; teachers start feeding at its step.
   at::Tensor resume_step = at::full({1}, int64_t{-1}, at::kLong);
@@ -91,7 +97,6 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
   if (options.stop_after_steps) end_step = std::min(end_step, *options.stop_after_steps);
   end_step = std::max(end_step, steps_done);
 
-  const RankInfo& me = layout.ranks.at(static_cast<size_t>(mpi.rank()));
   int rc = kExitOk;
   if (me.is_teacher()) {
     TeacherStageRun run;
@@ -110,11 +115,15 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
                                    cfg.teacher.dtype == "bf16" ? at::kBFloat16 : at::kFloat);
     run.first_step = steps_done;
     run.end_step = end_step;
+    run.stop_at = [&control](int64_t s) { return control.stop_at(s); };
+    run.on_step = [&](int64_t s) {
+      control.report(s, schedule.stage_of(s - 1), schedule.depth_at(s - 1), {});
+    };
     const TeacherStageStats stats = run_teacher_stage(run);
     if (options.print_progress && me.stage == layout.teacher_stages - 1 && stats.seconds > 0)
       std::cerr << "deepen: teacher pipeline " << me.pipeline << ": " << stats.items << " micro-batches, "
                 << stats.channel_bytes / stats.seconds / 1e6 << " MB/s on the logit channel\n";
-    if (end_step < schedule.total_steps()) rc = kExitRequeue;
+    if (stats.steps_done < schedule.total_steps()) rc = kExitRequeue;
   } else {
     std::vector<int> student_ranks;
     for (int s = 0; s < layout.students; ++s) student_ranks.push_back(layout.student_rank(s));
@@ -137,9 +146,12 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
                               checkpoint_folder_name(steps_done - 1);
     run.stop_after_steps = options.stop_after_steps;
     run.print_progress = options.print_progress;
+    run.stop_requested = [&control](int64_t s) { return control.stop_at(s); };
+    run.on_step = [&control](const StepReport& r) { report_step(control, r); };
     rc = run_student(run) == RunOutcome::kFinished ? kExitOk : kExitRequeue;
   }
   world->barrier();
+  control.shutdown(rc);
   return rc;
 }
 

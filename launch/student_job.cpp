@@ -5,6 +5,7 @@
 
 #include "data/tokenizer.h"
 #include "launch/input_error.h"
+#include "launch/job_control.h"
 #include "model/teacher_stage.h"
 #include "train/shard_batch_source.h"
 #include "train/student_group.h"
@@ -43,7 +44,14 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
   run.resume = options.resume;
   run.stop_after_steps = options.stop_after_steps;
   run.print_progress = options.print_progress;
-  return run_student(run) == RunOutcome::kFinished ? kExitOk : kExitRequeue;
+  // A single process has its control plane too: SIGTERM/SIGUSR1 stop it with a checkpoint, and
+  // /metrics serves its progress.
+  JobControl control(cfg, 0, 1, {"localhost"}, nullptr, "single process", [] {});
+  run.stop_requested = [&control](int64_t s) { return control.stop_at(s); };
+  run.on_step = [&control](const StepReport& r) { report_step(control, r); };
+  const int rc = run_student(run) == RunOutcome::kFinished ? kExitOk : kExitRequeue;
+  control.shutdown(rc);
+  return rc;
 }
 
 }  // namespace

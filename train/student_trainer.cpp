@@ -110,7 +110,16 @@ class Trainer {
 
     const int64_t total = schedule_.total_steps();
     auto tick = Clock::now();
+    int64_t last_channel_bytes = run_.teacher ? run_.teacher->channel_bytes() : 0;
+    int64_t saved = progress_.steps_done;  // steps covered by the newest checkpoint of this run
     for (int64_t step = progress_.steps_done; step < total; ++step) {
+      // Stop checks come before any work on the step (the control plane's agreement needs every
+      // rank to ask at the same point): stop here, with the state after `step` steps saved.
+      if ((run_.stop_after_steps && step >= *run_.stop_after_steps) ||
+          (run_.stop_requested && run_.stop_requested(step))) {
+        if (step > saved) checkpoint(store, false);
+        return RunOutcome::kStopped;
+      }
       const int stage = schedule_.stage_of(step);
       if (student_->depth() < schedule_.depth_at(step)) grow(step, stage);
 
@@ -132,6 +141,9 @@ class Trainer {
       report.ce = losses.ce;
       report.lr = lr_.at(step);
       report.tokens_per_s = seconds > 0 ? static_cast<double>(schedule_.tokens_per_step) / seconds : 0;
+      const int64_t channel_bytes = run_.teacher ? run_.teacher->channel_bytes() : 0;
+      report.channel_bytes_per_s = seconds > 0 ? static_cast<double>(channel_bytes - last_channel_bytes) / seconds : 0;
+      last_channel_bytes = channel_bytes;
       if (records_) {
         records_->metrics({{"step", step},
                            {"stage", stage},
@@ -144,7 +156,7 @@ class Trainer {
                            {"tokens", progress_.tokens},
                            {"active_layer_tokens", progress_.active_layer_tokens},
                            {"tokens_per_s", report.tokens_per_s},
-                           {"channel_bytes", run_.teacher ? run_.teacher->channel_bytes() : 0}});
+                           {"channel_bytes", channel_bytes}});
       }
 
       const bool stage_end = schedule_.is_stage_end(step);
@@ -157,11 +169,10 @@ class Trainer {
       if (leader_ && run_.print_progress) print_progress(report);
 
       const bool last = step + 1 == total;
-      const bool stop = !last && ((run_.stop_after_steps && step + 1 >= *run_.stop_after_steps) ||
-                                  (run_.stop_requested && run_.stop_requested(step + 1)));
-      if (last || stop || (cfg_.checkpoint.every > 0 && (step + 1) % cfg_.checkpoint.every == 0))
+      if (last || (cfg_.checkpoint.every > 0 && (step + 1) % cfg_.checkpoint.every == 0)) {
         checkpoint(store, last);
-      if (stop) return RunOutcome::kStopped;
+        saved = step + 1;
+      }
     }
     if (progress_.steps_done == total && leader_) finish();
     return RunOutcome::kFinished;

@@ -23,6 +23,7 @@ struct StepReport {
   int64_t depth = 0;
   double loss = 0, kl = 0, ce = 0, lr = 0;
   double tokens_per_s = 0;
+  double channel_bytes_per_s = 0;  // logit channel (0 for an in-process teacher)
   double last_eval_ce = -1;  // -1 until the first eval
   double last_eval_kl = -1;
 };
@@ -41,8 +42,8 @@ struct StudentRun {
   // students); empty: the newest valid one.
   std::string resume_checkpoint;
   std::optional<int64_t> stop_after_steps;  // stop (checkpointing) once this many steps are done
-  // Polled after every step; returning true stops the run at that step with a checkpoint (a
-  // coordinated stop: every student must return true at the same step).
+  // Asked at the top of every step with the steps done so far; true stops the run there, with a
+  // checkpoint of that state (a coordinated stop: every student returns true at the same step).
   std::function<bool(int64_t steps_done)> stop_requested;
   std::function<void(const StepReport&)> on_step;
   bool print_progress = true;            // a line per step on stderr (student 0 only)

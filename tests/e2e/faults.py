@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Faults in a real 4-rank job (1 pipeline x 2 stages + 2 students under mpirun), on loopback.
+
+  python3 tests/e2e/faults.py --deepen build/deepen --work build/tests/e2e CASE
+
+Uses the fixture of distributed_train.py (`setup`). Cases:
+  reference      the uninterrupted run the others are compared with
+  kill-student   SIGKILL one student mid-run: every other rank exits non-zero within 30 s, naming the
+                 dead rank, its host and last step; rerunning resumes from the last good checkpoint
+                 and the whole loss curve equals an uninterrupted run
+  kill-teacher   the same with a teacher stage
+  sigusr1        SIGUSR1 to one rank: coordinated stop, checkpoint, exit 3; resume == uninterrupted
+  corrupt        newest checkpoint truncated: the rerun says so, falls back to the previous one,
+                 and still ends on the uninterrupted curve
+  metrics        /metrics scraped during a run is valid Prometheus text whose step increases
+"""
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from distributed_train import MPI_ENV, Cases, records, run  # noqa: E402
+
+LAYOUT = ["parallel.teacher_stages=2", "parallel.students=2", "curriculum.stage_steps=[40, 40, 40]",
+          "checkpoint.every=10", "control.heartbeat_s=0.5", "control.watchdog_s=10"]
+
+
+class Faults(Cases):
+    running = []
+
+    def command(self, out, sets=(), fresh=True):
+        cmd = ["mpirun", "-np", "4", self.deepen, "train", self.base, "--quiet", "--set", f'run.out_dir="{out}"']
+        if fresh:
+            cmd.append("--fresh")
+        for s in list(LAYOUT) + list(sets):
+            cmd += ["--set", s]
+        return cmd
+
+    def uninterrupted(self):
+        ref = os.path.join(self.work, "faults-reference")
+        if not os.path.exists(os.path.join(ref, "final")):
+            run(self.command(ref), env=MPI_ENV)
+        return ref
+
+    def start(self, out, sets=()):
+        shutil.rmtree(out, ignore_errors=True)  # records of an earlier attempt would fool wait_for_steps
+        proc = subprocess.Popen(self.command(out, sets), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, env=dict(os.environ, **MPI_ENV), start_new_session=True)
+        self.running.append(proc)
+        return proc
+
+    def __del__(self):
+        for proc in getattr(self, "running", []):  # a failed case leaves no job behind
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    @staticmethod
+    def wait_for_steps(out, n, proc, timeout=300):
+        deadline = time.time() + timeout
+        path = os.path.join(out, "metrics.jsonl")
+        while time.time() < deadline:
+            assert proc.poll() is None, f"job ended early: {proc.stderr.read()[-3000:]}"
+            if os.path.exists(path) and sum(1 for _ in open(path)) >= n:
+                return
+            time.sleep(0.05)
+        raise SystemExit(f"no {n} steps within {timeout} s")
+
+    @staticmethod
+    def rank_pid(out, rank):
+        # The rank's process: its command line names the run folder, its environment the rank.
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if cmd and cmd[0].endswith(b"deepen") and any(out.encode() in c for c in cmd) and \
+                    f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+                return int(pid)
+        raise SystemExit(f"no process for rank {rank} of {out}")
+
+    def resume_and_compare(self, out, expect_in_stderr=()):
+        p = run(self.command(out, fresh=False), env=MPI_ENV)
+        for text in expect_in_stderr:
+            assert text in p.stderr, f"expected {text!r} in the rerun's stderr:\n{p.stderr[-3000:]}"
+        a, b = records(self.uninterrupted(), "metrics.jsonl"), records(out, "metrics.jsonl")
+        assert [r["step"] for r in b] == list(range(120)), "the resumed run's records must read as one run"
+        worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
+        assert worst <= 1e-6, f"resumed loss curve differs from the uninterrupted one (worst rel {worst:.2e})"
+        print(f"{out}: resumed and finished; 120 steps equal the uninterrupted run (worst rel {worst:.1e})")
+
+    def kill(self, rank, what):
+        self.uninterrupted()
+        out = os.path.join(self.work, f"faults-kill-{what}")
+        proc = self.start(out)
+        self.wait_for_steps(out, 35, proc)
+        os.kill(self.rank_pid(out, rank), signal.SIGKILL)
+        killed = time.time()
+        _, err = proc.communicate(timeout=60)
+        took = time.time() - killed
+        assert proc.returncode != 0, "the job must fail when a rank dies"
+        assert took <= 30, f"the job took {took:.1f} s to end after the kill"
+        aborts = [l for l in err.splitlines() if "ABORT" in l]
+        named = re.compile(rf"rank {rank} on \S+ \(.*\), last step \d+")
+        assert sum(1 for l in aborts if named.search(l)) >= 3, "every other rank names the dead one:\n" + err[-3000:]
+        print(f"kill -9 rank {rank} ({what}): job ended {took:.1f} s later; {aborts[0].strip()}")
+        self.resume_and_compare(out)
+
+    def sigusr1(self):
+        self.uninterrupted()
+        out = os.path.join(self.work, "faults-sigusr1")
+        proc = self.start(out)
+        self.wait_for_steps(out, 25, proc)
+        os.kill(self.rank_pid(out, 1), signal.SIGUSR1)  # a teacher stage: any rank may be signalled
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 3, f"a coordinated stop exits 3 (requeue), got {proc.returncode}: {err[-3000:]}"
+        agreed = [l for l in err.splitlines() if "coordinated stop agreed" in l]
+        assert agreed, err[-3000:]
+        stop = int(re.search(r"once (\d+) steps", agreed[0]).group(1))
+        assert len(records(out, "metrics.jsonl")) == stop
+        assert os.path.isdir(os.path.join(out, "checkpoints", f"step_{stop - 1:08d}")), "checkpoint at the stop step"
+        print(f"SIGUSR1: {agreed[0].strip()}; checkpoint step_{stop - 1:08d}, exit 3")
+        self.resume_and_compare(out)
+
+    def corrupt(self):
+        self.uninterrupted()
+        out = os.path.join(self.work, "faults-corrupt")
+        p = run(self.command(out, sets=["checkpoint.keep=3"]) + ["--stop-after", "60"], env=MPI_ENV, check=False)
+        assert p.returncode == 3, p.stderr[-2000:]
+        newest = os.path.join(out, "checkpoints", "step_00000059", "student.safetensors")
+        with open(newest, "r+b") as f:
+            f.truncate(os.path.getsize(newest) // 2)
+        self.resume_and_compare(out, expect_in_stderr=("step_00000059 is corrupt", "falling back"))
+
+    def metrics(self):
+        out = os.path.join(self.work, "faults-metrics")
+        port = 20000 + os.getpid() % 20000
+        proc = self.start(out, sets=[f"control.metrics_port={port}", "curriculum.stage_steps=[1000, 1000, 1000]"])
+        try:
+            self.wait_for_steps(out, 5, proc)
+            steps = []
+            for _ in range(2):
+                deadline = time.time() + 60
+                while True:  # until student 0's heartbeat carries a step past the previous scrape
+                    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+                    for line in text.splitlines():
+                        assert line.startswith("#") or re.match(
+                            r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[^}]*\})? [-+0-9.eEinfNa]+$', line), f"not Prometheus: {line!r}"
+                    step = [float(l.split()[-1]) for l in text.splitlines()
+                            if l.startswith("deepen_step{") and 'role="student 0"' in l]
+                    loss = [l for l in text.splitlines() if l.startswith("deepen_train_loss{")]
+                    if step and loss and step[0] > (steps[-1] if steps else 0):
+                        steps.append(step[0])
+                        break
+                    assert time.time() < deadline, f"student 0's step did not advance past {steps}:\n{text[:3000]}"
+                    time.sleep(0.2)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        print(f"/metrics: student 0 step {steps[0]:.0f} -> {steps[1]:.0f}, valid Prometheus text")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--deepen", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("case")
+    a = ap.parse_args()
+    f = Faults(a.deepen, a.work)
+    {"reference": f.uninterrupted, "kill-student": lambda: f.kill(3, "student"), "kill-teacher": lambda: f.kill(1, "teacher"),
+     "sigusr1": f.sigusr1, "corrupt": f.corrupt, "metrics": f.metrics}[a.case]()
+
+
+if __name__ == "__main__":
+    main()
