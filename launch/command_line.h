@@ -26,11 +26,13 @@ Config load_config(const ConfigOptions& opts);
 void register_inspect_command(CLI::App& app);
 void register_forward_command(CLI::App& app);
 void register_export_command(CLI::App& app);
-void register_prep_command(CLI::App& app);      // cmd_prep.cpp
-void register_tokenize_command(CLI::App& app);  // cmd_tokenize.cpp
+void register_train_command(CLI::App& app);     // cmd_train.cpp
+void register_pretrain_command(CLI::App& app);  // cmd_train.cpp
 void register_study_command(CLI::App& app);     // cmd_study.cpp
 void register_report_command(CLI::App& app);    // cmd_report.cpp
 void register_plan_command(CLI::App& app);      // cmd_plan.cpp
 void register_demo_command(CLI::App& app);      // cmd_demo.cpp
+void register_prep_command(CLI::App& app);      // cmd_prep.cpp
+void register_tokenize_command(CLI::App& app);  // cmd_tokenize.cpp
 
 }  // namespace deepen

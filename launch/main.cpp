@@ -14,17 +14,21 @@ int main(int argc, char** argv) {
   deepen::register_inspect_command(app);
   deepen::register_forward_command(app);
   deepen::register_export_command(app);
-  deepen::register_prep_command(app);
-  deepen::register_tokenize_command(app);
+  deepen::register_train_command(app);
+  deepen::register_pretrain_command(app);
   deepen::register_study_command(app);
   deepen::register_report_command(app);
   deepen::register_plan_command(app);
   deepen::register_demo_command(app);
+  deepen::register_prep_command(app);
+  deepen::register_tokenize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? deepen::kExitOk : deepen::kExitBadInput;
+  } catch (const deepen::ExitRequest& e) {
+    return e.code;
   } catch (const deepen::InputError& e) {
     std::cerr << "deepen: error: " << e.what() << "\n";
     return deepen::kExitBadInput;
