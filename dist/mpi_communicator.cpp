@@ -29,14 +29,15 @@ void check_mpi(int rc, const std::string& what) {
   if (rc != MPI_SUCCESS) throw CommError("MPI " + what + ": " + mpi_error(rc));
 }
 
-// Spin, then yield, then sleep: keeps latency low when the peer is about to answer, and leaves the
-// core to others when it is not (8 oversubscribed ranks on 2 cores in tests).
+// Spin, then yield, then sleep, by time waited: keeps latency low when the peer is about to answer
+// (a streamed micro-batch), and leaves the core to others when it is not (8 oversubscribed ranks on
+// 2 cores in tests; a student waiting a whole teacher forward for its logits).
 class Backoff {
  public:
   void pause() {
-    ++polls_;
-    if (polls_ < 64) return;
-    if (polls_ < 1024) {
+    const auto waited = std::chrono::steady_clock::now() - start_;
+    if (waited < std::chrono::microseconds(50)) return;
+    if (waited < std::chrono::milliseconds(2)) {
       sched_yield();
       return;
     }
@@ -44,7 +45,7 @@ class Backoff {
   }
 
  private:
-  int64_t polls_ = 0;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
 void check_cpu_tensor(const at::Tensor& t, const char* op) {
