@@ -116,6 +116,13 @@ ChannelTeacherSource::ChannelTeacherSource(Communicator& channel, ChannelFormat 
       teacher_rank_(teacher_world_rank),
       student_rank_(student_world_rank) {}
 
+at::Tensor ChannelTeacherSource::reusable(at::Tensor& slot, at::IntArrayRef shape, at::ScalarType dtype) {
+  // use_count() == 1: only this slot still refers to the buffer, so nobody reads it any more.
+  if (!slot.defined() || slot.use_count() > 1 || slot.sizes() != shape || slot.scalar_type() != dtype)
+    slot = at::empty(shape, dtype);
+  return slot;
+}
+
 TeacherTargets ChannelTeacherSource::targets(const MicroBatch& batch) {
   at::Tensor header = at::empty({kHeaderWords}, at::kLong);
   channel_.recv(header, 0, kTagHeader);
@@ -137,14 +144,14 @@ TeacherTargets ChannelTeacherSource::targets(const MicroBatch& batch) {
   switch (static_cast<Payload>(h[7])) {
     case kFullF32:
     case kFullBF16: {
-      at::Tensor logits = at::empty({rows, vocab_}, h[7] == kFullF32 ? at::kFloat : at::kBFloat16);
+      at::Tensor logits = reusable(full_, {rows, vocab_}, h[7] == kFullF32 ? at::kFloat : at::kBFloat16);
       channel_.recv(logits, 0, kTagPayload);
       bytes_ += static_cast<int64_t>(logits.nbytes());
       return TeacherTargets::full(logits);
     }
     case kTopk: {
-      at::Tensor values = at::empty({rows, format_.k}, at::kFloat);
-      at::Tensor indices = at::empty({rows, format_.k}, at::kInt);
+      at::Tensor values = reusable(values_, {rows, format_.k}, at::kFloat);
+      at::Tensor indices = reusable(indices_, {rows, format_.k}, at::kInt);
       channel_.recv(values, 0, kTagPayload);
       channel_.recv(indices, 0, kTagIndices);
       bytes_ += static_cast<int64_t>(values.nbytes() + indices.nbytes());

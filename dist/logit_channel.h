@@ -84,6 +84,10 @@ class ChannelTeacherSource : public TeacherSource {
   int64_t vocab_;
   int teacher_rank_, student_rank_;
   int64_t bytes_ = 0;
+  // Receive buffers, reused once the trainer has dropped the targets it was given: a fresh
+  // [N, V] tensor per micro-batch would pay a page fault per 4 KiB on every message.
+  at::Tensor reusable(at::Tensor& slot, at::IntArrayRef shape, at::ScalarType dtype);
+  at::Tensor full_, values_, indices_;
 };
 
 }  // namespace deepen
