@@ -72,9 +72,11 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
   const RankLayout layout = make_rank_layout(cfg.parallel, mpi.size(), static_cast<int>(teacher_layers));
   const GrowthSchedule schedule = make_growth_schedule(cfg);  // bad budgets fail on every rank, early
   const int first_student = layout.student_rank(0);
+  // Every rank checks placement (pure, same hostnames everywhere), so a bad one fails all ranks alike.
+  const std::vector<std::string> placement = check_placement(layout, mpi.hostnames());
   if (mpi.rank() == first_student && options.print_progress) {
     std::cerr << layout.describe();
-    for (const auto& warning : check_placement(layout, mpi.hostnames())) std::cerr << "deepen: WARNING: " << warning << "\n";
+    for (const auto& warning : placement) std::cerr << "deepen: WARNING: " << warning << "\n";
   }
 
   std::unique_ptr<Communicator> world = make_communicator(cfg.parallel.backend, mpi);
