@@ -37,6 +37,8 @@ then
   "$PY" -m pip install -q -r requirements.txt
 fi
 
+# ccache keyed on paths relative to the checkout, so a second clone (CI) reuses the first one's objects.
+export CCACHE_BASEDIR="$(pwd)" CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$(nproc)"
 echo "setup: built $(pwd)/build/deepen"
