@@ -46,6 +46,7 @@ struct PlanCommand {
   int64_t cores = 0, threads = 1;
   double p2p_bw = 5e9;
   std::string layout;
+  std::vector<std::string> check;
   size_t show = 8;
 };
 
@@ -69,10 +70,11 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("--calibrate", o->calibrate,
                   "CPU: calibrate on this single-process run folder (its metrics.jsonl) instead of a cluster preset");
   cmd->add_option("--cores", o->cores, "CPU: cores shared by the ranks (default: this machine's)");
-  cmd->add_option("--threads", o->threads, "CPU: threads per rank")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "CPU: threads per rank of the predicted layouts")->capture_default_str();
   cmd->add_option("--p2p-bw", o->p2p_bw, "CPU: bytes/s between ranks (MPI shared memory)")->capture_default_str();
   cmd->add_option("--layout", o->layout, "only this layout, as T,P,S (e.g. 1,2,2)");
   cmd->add_option("--show", o->show, "layouts to list")->capture_default_str();
+  cmd->add_option("--check", o->check, "with --calibrate: compare the model with these measured run folders")->take_all();
   cmd->callback([o] {
     std::vector<std::string> sets = o->sets;
     if (!o->teacher.empty()) sets.push_back("teacher.checkpoint=\"" + o->teacher + "\"");
@@ -86,7 +88,11 @@ void register_plan_command(CLI::App& app) {
     if (!o->calibrate.empty()) {
       const int64_t cores = o->cores > 0 ? o->cores : std::max(1u, std::thread::hardware_concurrency());
       const int64_t ranks = T * P + S;
-      c = calibrate_cpu(in, measured_tokens_per_s(o->calibrate), o->threads, cores, ranks, o->p2p_bw);
+      // The calibration run's own shapes and threads set the FLOPs its measured rate stands for.
+      const Config cal = load_config(o->calibrate + "/config.toml");
+      const int64_t threads = cal.run.threads > 0 ? cal.run.threads : cores;
+      c = calibrate_cpu(plan_input_from_config(cal), measured_tokens_per_s(o->calibrate), threads, cores, ranks, o->p2p_bw);
+      c.threads_per_rank = o->threads;
     } else {
       c = cluster_preset(o->cluster);
     }
@@ -99,6 +105,12 @@ void register_plan_command(CLI::App& app) {
     if (o->inter_bw) c.inter_bw = *o->inter_bw;
     if (o->memory) c.memory = *o->memory;
     if (c.nodes < 1 || c.gpus_per_node < 1) throw InputError("--nodes and --gpus-per-node must be >= 1");
+    if (!o->check.empty()) {
+      if (o->calibrate.empty()) throw InputError("--check needs --calibrate RUN (a single-process run to calibrate on)");
+      std::cout << "calibrated on " << o->calibrate << ": " << c.flops / 1e9 << " GFLOP/s per core, " << c.shared_cores
+                << " cores\n" << describe_check(check_against_runs(c, o->check));
+      return;
+    }
     std::vector<LayoutEstimate> ranked;
     if (!o->layout.empty()) {
       ranked.push_back(estimate_layout(in, c, T, P, S));

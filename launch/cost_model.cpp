@@ -457,4 +457,67 @@ ClusterSpec calibrate_cpu(const PlanInput& in, const std::map<int64_t, double>& 
   return c;
 }
 
+std::vector<CheckRow> check_against_runs(const ClusterSpec& cluster, const std::vector<std::string>& run_dirs) {
+  std::vector<CheckRow> rows;
+  for (const auto& dir : run_dirs) {
+    const Config cfg = load_config((fs::path(dir) / "config.toml").string());
+    const PlanInput in = plan_input_from_config(cfg);
+    int64_t ranks_seen = cfg.parallel.students;
+    if (std::ifstream meta(fs::path(dir) / "run.json"); meta) {
+      try {
+        ranks_seen = nlohmann::json::parse(meta).value("students", ranks_seen);
+      } catch (const nlohmann::json::exception&) {
+      }
+    }
+    const auto& p = cfg.parallel;
+    const bool one_process = ranks_seen == 1 && p.students > 1;
+    const int64_t world = one_process ? 1 : p.teacher_pipelines * p.teacher_stages + p.students;
+    ClusterSpec c = cluster;
+    c.gpus_per_node = world;
+    const int64_t threads = cfg.run.threads > 0 ? cfg.run.threads : std::max<int64_t>(1, c.shared_cores / world);
+    c.threads_per_rank = threads;
+    const LayoutEstimate e = estimate_layout(in, c, p.teacher_pipelines, p.teacher_stages, one_process ? 1 : p.students);
+    for (const auto& [depth, measured] : measured_tokens_per_s(dir)) {
+      CheckRow r;
+      r.run = dir;
+      r.depth = depth;
+      r.measured = measured;
+      if (one_process) {
+        // Teacher forward, then the student step, on the same cores.
+        r.layout = "one process";
+        const double flops = forward_flops_per_token(in.teacher, in.teacher.layers, in.seq_len, true) / c.teacher_mfu +
+                             train_flops_per_token(in.student, depth, in.seq_len) / c.mfu;
+        r.predicted = c.flops * static_cast<double>(threads) / flops;
+      } else {
+        r.layout = std::to_string(p.teacher_pipelines) + "x" + std::to_string(p.teacher_stages) + "+" +
+                   std::to_string(p.students) + " (" + std::to_string(world) + " ranks)";
+        const auto it = std::find(in.stage_depths.begin(), in.stage_depths.end(), depth);
+        const size_t k = it == in.stage_depths.end() ? e.job_tokens_per_s.size() - 1 : static_cast<size_t>(it - in.stage_depths.begin());
+        r.predicted = e.job_tokens_per_s[k];
+      }
+      rows.push_back(r);
+    }
+  }
+  return rows;
+}
+
+std::string describe_check(const std::vector<CheckRow>& rows) {
+  std::ostringstream o;
+  o << "Cost model vs measured runs (tokens/s, median after warm-up)\n"
+    << "  layout               depth   predicted    measured   error  run\n";
+  double sum = 0, worst = 0;
+  for (const auto& r : rows) {
+    char line[512];
+    std::snprintf(line, sizeof line, "  %-20s %5lld %11.0f %11.0f %+6.1f%%  %s\n", r.layout.c_str(),
+                  static_cast<long long>(r.depth), r.predicted, r.measured, 100 * r.error(), r.run.c_str());
+    o << line;
+    sum += std::abs(r.error());
+    worst = std::max(worst, std::abs(r.error()));
+  }
+  if (!rows.empty())
+    o << "  mean |error| " << fmt("%.1f", 100 * sum / static_cast<double>(rows.size())) << "%, worst "
+      << fmt("%.1f", 100 * worst) << "% (goal: <= 20%)\n";
+  return o.str();
+}
+
 }  // namespace deepen

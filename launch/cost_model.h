@@ -156,4 +156,19 @@ std::map<int64_t, double> measured_tokens_per_s(const std::string& run_dir, int6
 ClusterSpec calibrate_cpu(const PlanInput& in, const std::map<int64_t, double>& single_process_tokens_per_s,
                           int64_t threads, int64_t cores, int64_t ranks, double p2p_bw);
 
+// The model against measured runs: for each run folder, its own config (layout, shapes, batch) is
+// estimated on the calibrated CPU `cluster` and compared, per active depth, with the median
+// measured tokens/s. A run that ran as one process (run.json "students" = 1 while
+// parallel.students > 1, the trainer folding students into accumulation) is predicted as one
+// process: teacher forward and student step in turn on its run.threads cores.
+struct CheckRow {
+  std::string run;
+  std::string layout;   // "1x2+2 (4 ranks)" or "one process"
+  int64_t depth = 0;
+  double predicted = 0, measured = 0;
+  double error() const { return (predicted - measured) / measured; }
+};
+std::vector<CheckRow> check_against_runs(const ClusterSpec& cluster, const std::vector<std::string>& run_dirs);
+std::string describe_check(const std::vector<CheckRow>& rows);
+
 }  // namespace deepen

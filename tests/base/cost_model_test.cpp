@@ -3,9 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "launch/cost_model.h"
 #include "launch/input_error.h"
+#include "model/hf_config.h"
+#include "tests/test_paths.h"
 
 namespace deepen {
 namespace {
@@ -196,6 +200,84 @@ TEST(CostModel, CpuCalibrationFromASingleProcessRate) {
   // One process on both cores reproduces the measurement through the pool bound.
   const LayoutEstimate e = estimate_layout(in, c, 1, 1, 1);
   EXPECT_NEAR(e.mean_tokens_per_s, 10.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace deepen
+
+namespace deepen {
+namespace {
+
+// A run folder as the trainer writes it, enough for the model check: config.toml (with a teacher
+// folder holding config.json), run.json and metrics.jsonl at a constant rate.
+std::string fake_timed_run(const std::string& root, const std::string& name, int64_t T, int64_t P, int64_t S,
+                           int64_t ranks_seen, double tokens_per_s) {
+  namespace fs = std::filesystem;
+  const std::string dir = root + "/" + name;
+  fs::create_directories(root + "/teacher");
+  Qwen3Config t;
+  t.vocab_size = 32;
+  t.hidden_size = 8;
+  t.intermediate_size = 16;
+  t.num_hidden_layers = 4;
+  t.num_attention_heads = 2;
+  t.num_key_value_heads = 1;
+  t.head_dim = 4;
+  t.tie_word_embeddings = true;
+  write_qwen3_config(t, root + "/teacher/config.json");
+  Config c;
+  c.run.out_dir = dir;
+  c.run.threads = 1;
+  c.data.seq_len = 8;
+  c.teacher.checkpoint = root + "/teacher";
+  c.student = {};
+  c.student.layers = 2;
+  c.student.hidden = 8;
+  c.student.heads = 2;
+  c.student.kv_heads = 1;
+  c.student.head_dim = 4;
+  c.student.intermediate = 16;
+  c.student.vocab_size = 32;
+  c.curriculum.mode = "joint";
+  c.curriculum.stages = {2};
+  c.curriculum.stage_steps = {10};
+  c.distill.logits = "full";
+  c.parallel.teacher_pipelines = T;
+  c.parallel.teacher_stages = P;
+  c.parallel.students = S;
+  c.parallel.micro_batch = 2;
+  fs::create_directories(dir);
+  std::ofstream(dir + "/config.toml") << to_toml(c);
+  std::ofstream(dir + "/run.json") << "{\"students\": " << ranks_seen << "}\n";
+  std::ofstream m(dir + "/metrics.jsonl");
+  for (int step = 0; step < 10; ++step)
+    m << "{\"step\": " << step << ", \"stage\": 0, \"depth\": 2, \"tokens_per_s\": " << tokens_per_s << "}\n";
+  return dir;
+}
+
+// Calibrated on a one-process run, the model reproduces that run exactly and predicts a layout from
+// the same numbers estimate_layout gives; the error is reported against the measurement.
+TEST(CostModel, CheckAgainstRunsUsesEachRunsOwnLayout) {
+  const std::string root = std::string(test::kBinaryDir) + "/test_scratch/cost_model/check";
+  std::filesystem::remove_all(root);
+  const std::string cal = fake_timed_run(root, "cal", 1, 1, 2, 1, 10.0);  // 2 students folded into one process
+  const std::string dist = fake_timed_run(root, "dist", 1, 2, 2, 2, 20.0);
+  const Config cc = load_config(cal + "/config.toml");
+  const PlanInput in = plan_input_from_config(cc);
+  EXPECT_EQ(in.teacher.layers, 4);
+  const ClusterSpec c = calibrate_cpu(in, measured_tokens_per_s(cal), 1, 2, 4, 5e9);
+  EXPECT_DOUBLE_EQ(c.flops, 10.0 * (5696 + 9312));  // one thread did teacher + student per token
+  const auto rows = check_against_runs(c, {cal, dist});
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].layout, "one process");
+  EXPECT_NEAR(rows[0].predicted, 10.0, 1e-9);
+  EXPECT_NEAR(rows[0].error(), 0.0, 1e-12);
+  EXPECT_EQ(rows[1].layout, "1x2+2 (4 ranks)");
+  ClusterSpec four = c;
+  four.gpus_per_node = 4;
+  EXPECT_NEAR(rows[1].predicted, estimate_layout(in, four, 1, 2, 2).mean_tokens_per_s, 1e-9);
+  EXPECT_NEAR(rows[1].error(), rows[1].predicted / 20.0 - 1, 1e-12);
+  EXPECT_NE(describe_check(rows).find("mean |error|"), std::string::npos);
 }
 
 }  // namespace
