@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -462,15 +463,19 @@ std::vector<CheckRow> check_against_runs(const ClusterSpec& cluster, const std::
   for (const auto& dir : run_dirs) {
     const Config cfg = load_config((fs::path(dir) / "config.toml").string());
     const PlanInput in = plan_input_from_config(cfg);
-    int64_t ranks_seen = cfg.parallel.students;
-    if (std::ifstream meta(fs::path(dir) / "run.json"); meta) {
+    // A distributed run moves logits over its channel ("channel_bytes" > 0 in metrics.jsonl); a run
+    // in one process moves none.
+    bool one_process = false;
+    if (std::ifstream metrics(fs::path(dir) / "metrics.jsonl"); metrics) {
+      std::string first;
+      std::getline(metrics, first);
       try {
-        ranks_seen = nlohmann::json::parse(meta).value("students", ranks_seen);
+        const auto j = nlohmann::json::parse(first);
+        if (j.contains("channel_bytes")) one_process = j.value("channel_bytes", 0.0) == 0;
       } catch (const nlohmann::json::exception&) {
       }
     }
     const auto& p = cfg.parallel;
-    const bool one_process = ranks_seen == 1 && p.students > 1;
     const int64_t world = one_process ? 1 : p.teacher_pipelines * p.teacher_stages + p.students;
     ClusterSpec c = cluster;
     c.gpus_per_node = world;
@@ -513,6 +518,12 @@ std::string describe_check(const std::vector<CheckRow>& rows) {
     o << line;
     sum += std::abs(r.error());
     worst = std::max(worst, std::abs(r.error()));
+  }
+  if (std::ifstream load("/proc/loadavg"); load) {
+    double one = 0;
+    load >> one;
+    o << "  load average now " << fmt("%.1f", one) << " on " << std::thread::hardware_concurrency()
+      << " cores: other processes' load shows up as model error\n";
   }
   if (!rows.empty())
     o << "  mean |error| " << fmt("%.1f", 100 * sum / static_cast<double>(rows.size())) << "%, worst "

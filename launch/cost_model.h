@@ -158,9 +158,9 @@ ClusterSpec calibrate_cpu(const PlanInput& in, const std::map<int64_t, double>& 
 
 // The model against measured runs: for each run folder, its own config (layout, shapes, batch) is
 // estimated on the calibrated CPU `cluster` and compared, per active depth, with the median
-// measured tokens/s. A run that ran as one process (run.json "students" = 1 while
-// parallel.students > 1, the trainer folding students into accumulation) is predicted as one
-// process: teacher forward and student step in turn on its run.threads cores.
+// measured tokens/s. A run that ran as one process (no logit-channel bytes in its metrics; the
+// trainer folds S students into accumulation) is predicted as one process: teacher forward and
+// student step in turn on its run.threads cores.
 struct CheckRow {
   std::string run;
   std::string layout;   // "1x2+2 (4 ranks)" or "one process"

@@ -211,7 +211,7 @@ namespace {
 // A run folder as the trainer writes it, enough for the model check: config.toml (with a teacher
 // folder holding config.json), run.json and metrics.jsonl at a constant rate.
 std::string fake_timed_run(const std::string& root, const std::string& name, int64_t T, int64_t P, int64_t S,
-                           int64_t ranks_seen, double tokens_per_s) {
+                           bool distributed, double tokens_per_s) {
   namespace fs = std::filesystem;
   const std::string dir = root + "/" + name;
   fs::create_directories(root + "/teacher");
@@ -248,10 +248,10 @@ std::string fake_timed_run(const std::string& root, const std::string& name, int
   c.parallel.micro_batch = 2;
   fs::create_directories(dir);
   std::ofstream(dir + "/config.toml") << to_toml(c);
-  std::ofstream(dir + "/run.json") << "{\"students\": " << ranks_seen << "}\n";
   std::ofstream m(dir + "/metrics.jsonl");
   for (int step = 0; step < 10; ++step)
-    m << "{\"step\": " << step << ", \"stage\": 0, \"depth\": 2, \"tokens_per_s\": " << tokens_per_s << "}\n";
+    m << "{\"step\": " << step << ", \"stage\": 0, \"depth\": 2, \"channel_bytes\": " << (distributed ? 4096 : 0)
+      << ", \"tokens_per_s\": " << tokens_per_s << "}\n";
   return dir;
 }
 
@@ -260,8 +260,8 @@ std::string fake_timed_run(const std::string& root, const std::string& name, int
 TEST(CostModel, CheckAgainstRunsUsesEachRunsOwnLayout) {
   const std::string root = std::string(test::kBinaryDir) + "/test_scratch/cost_model/check";
   std::filesystem::remove_all(root);
-  const std::string cal = fake_timed_run(root, "cal", 1, 1, 2, 1, 10.0);  // 2 students folded into one process
-  const std::string dist = fake_timed_run(root, "dist", 1, 2, 2, 2, 20.0);
+  const std::string cal = fake_timed_run(root, "cal", 1, 1, 2, false, 10.0);  // 2 students folded into one process
+  const std::string dist = fake_timed_run(root, "dist", 1, 2, 2, true, 20.0);
   const Config cc = load_config(cal + "/config.toml");
   const PlanInput in = plan_input_from_config(cc);
   EXPECT_EQ(in.teacher.layers, 4);
