@@ -1,13 +1,23 @@
 // Student training-step throughput: forward + cross-entropy + backward of a 9-layer, hidden-256
-// GrowableStudent, against the very same model and ids in transformers' Qwen3ForCausalLM from
-// Python eager (bench/student_step_bench.py), launched from here so both run in one go.
+// GrowableStudent, against the very same weights and ids in transformers' Qwen3ForCausalLM from
+// Python eager (bench/student_step_bench.py), measured in one run.
 //
 //   build-x/bench/student_step_bench [--threads 2] [--batch 8] [--seq 256] [--steps 10]
+//                                    [--python-env GLIBC_TUNABLES=...] [--no-malloc-tuning]
 //
-// Model (stated, fixed): 9 blocks, hidden 256, 4 heads, 2 KV heads, head_dim 64, intermediate 768,
+// Model (fixed, stated): 9 blocks, hidden 256, 4 heads, 2 KV heads, head_dim 64, intermediate 768,
 // vocab 256 (the byte tokenizer's ids; --vocab 151936 for Qwen3's), tied embeddings, pre-norm,
-// fp32. Loss: CE over the full vocabulary on next-token targets (T-1 per sequence). Time: median
-// step after warm-up; tokens/s = batch * seq / median.
+// fp32. Loss: CE over the full vocabulary on next-token targets (T-1 per sequence).
+// Method: after warm-up, deepen and Python steps alternate one by one (Python is a child process
+// answering "step" requests), so both see the same load on a shared machine; each side reports its
+// median step; the ratio is of the medians. Python runs with the environment this process has,
+// plus --python-env.
+#include <fcntl.h>
+#include <malloc.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -28,7 +38,9 @@ namespace {
 struct Options {
   int64_t threads = 2, batch = 8, seq = 256, steps = 10, warmup = 2, vocab = 256;
   bool baseline = true;
+  bool malloc_tuning = true;
   std::string norm = "pre";
+  std::vector<std::string> python_env;
 };
 
 // Same formula as the Python side: ids[b, t] = (b * 131 + t * 17 + (b * t) % 7) % vocab.
@@ -43,6 +55,54 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The Python baseline as a child answering one JSON line per request line.
+class PythonChild {
+ public:
+  PythonChild(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) throw std::runtime_error("pipe failed");
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(to_child[0], 0);
+      dup2(from_child[1], 1);
+      const int devnull = open("/dev/null", O_WRONLY);
+      dup2(devnull, 2);
+      for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1], devnull}) close(fd);
+      for (const std::string& kv : env) putenv(const_cast<char*>(kv.c_str()));
+      std::vector<char*> args;
+      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execvp(args[0], args.data());
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    in_ = fdopen(to_child[1], "w");
+    out_ = fdopen(from_child[0], "r");
+  }
+  ~PythonChild() {
+    if (in_) { std::fputs("quit\n", in_); std::fclose(in_); }
+    if (out_) std::fclose(out_);
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+  }
+  nlohmann::json read() {
+    std::string line;
+    for (int c; (c = std::fgetc(out_)) != EOF && c != '\n';) line.push_back(static_cast<char>(c));
+    if (line.empty()) throw std::runtime_error("python baseline ended without an answer");
+    return nlohmann::json::parse(line);
+  }
+  nlohmann::json request(const char* what) {
+    std::fprintf(in_, "%s\n", what);
+    std::fflush(in_);
+    return read();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* in_ = nullptr;
+  FILE* out_ = nullptr;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,8 +115,17 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup);
   app.add_option("--vocab", o.vocab);
   app.add_option("--norm", o.norm, "pre | post (post has no transformers baseline)");
+  app.add_option("--python-env", o.python_env, "NAME=VALUE added to the Python baseline's environment");
   app.add_flag("!--no-baseline", o.baseline, "skip the Python run");
+  app.add_flag("!--no-malloc-tuning", o.malloc_tuning,
+               "leave glibc malloc's defaults (else: mmap threshold 32 MB, no trimming, as deepen's binary)");
   CLI11_PARSE(app, argc, argv);
+  if (o.malloc_tuning) {
+    // Tensors up to 32 MB come from the heap and freed pages stay mapped: a training step reuses
+    // the same sizes every time, and on VMs each first touch of a fresh page costs ~11 us.
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  }
   deepen::set_compute_threads(o.threads);
 
   deepen::StudentSpec spec;
@@ -78,54 +147,51 @@ int main(int argc, char** argv) {
     for (auto& p : student.parameters()) p.mutable_grad() = at::Tensor();
     return loss.item<double>();
   };
-  auto measure = [&] {
-    std::vector<double> ms;
-    for (int64_t i = 0; i < o.steps; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      step();
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
-    return ms;
+  auto timed_step = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
-  const double first_loss = step();
-  for (int64_t i = 1; i < o.warmup; ++i) step();
-  const std::vector<double> deepen_ms = measure();
-  const double deepen_tps = o.batch * o.seq / (median(deepen_ms) / 1e3);
 
   std::printf("student: 9 layers, hidden 256, heads 4/2 kv, head_dim 64, intermediate 768, vocab %ld, "
-              "tied, %s-norm, fp32; batch %ld x seq %ld, %ld threads, %ld steps after %ld warm-up\n",
-              long(o.vocab), o.norm.c_str(), long(o.batch), long(o.seq), long(o.threads), long(o.steps),
-              long(o.warmup));
-  std::printf("deepen (C++ LibTorch):      %9.0f tokens/s  (median step %.1f ms, first loss %.6f)\n",
-              deepen_tps, median(deepen_ms), first_loss);
-  if (!o.baseline || spec.norm != deepen::NormPlacement::kPre) return 0;
+              "tied, %s-norm, fp32; batch %ld x seq %ld = %ld tokens/step; %ld threads; %ld timed steps "
+              "each after %ld warm-up; deepen malloc tuning %s\n",
+              long(o.vocab), o.norm.c_str(), long(o.batch), long(o.seq), long(o.batch * o.seq),
+              long(o.threads), long(o.steps), long(o.warmup), o.malloc_tuning ? "on" : "off");
+  const double first_loss = step();
+  for (int64_t i = 1; i < o.warmup; ++i) step();
+  const bool baseline = o.baseline && spec.norm == deepen::NormPlacement::kPre;
 
+  std::unique_ptr<PythonChild> python;
   const auto dir = std::filesystem::temp_directory_path() / ("deepen_bench_" + std::to_string(::getpid()));
-  deepen::export_student_hf(student, (dir / "hf").string());
-  const std::string cmd = std::string(deepen::test::kPython) + " " + deepen::test::kSourceDir +
-                          "/bench/student_step_bench.py --model " + (dir / "hf").string() +
-                          " --batch " + std::to_string(o.batch) + " --seq " + std::to_string(o.seq) +
-                          " --steps " + std::to_string(o.steps) + " --warmup " + std::to_string(o.warmup) +
-                          " --threads " + std::to_string(o.threads) + " 2>/dev/null";
-  std::string out;
-  if (FILE* pipe = popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-    pclose(pipe);
+  double py_first_loss = 0;
+  if (baseline) {
+    deepen::export_student_hf(student, (dir / "hf").string());
+    python = std::make_unique<PythonChild>(
+        std::vector<std::string>{deepen::test::kPython,
+                                 std::string(deepen::test::kSourceDir) + "/bench/student_step_bench.py",
+                                 "--serve", "--model", (dir / "hf").string(), "--batch", std::to_string(o.batch),
+                                 "--seq", std::to_string(o.seq), "--warmup", std::to_string(o.warmup),
+                                 "--threads", std::to_string(o.threads)},
+        o.python_env);
+    py_first_loss = python->read().at("first_loss").get<double>();
   }
+  std::vector<double> deepen_ms, py_ms;
+  for (int64_t i = 0; i < o.steps; ++i) {
+    deepen_ms.push_back(timed_step());
+    if (python) py_ms.push_back(python->request("step").at("ms").get<double>());
+  }
+  python.reset();
   std::filesystem::remove_all(dir);
-  nlohmann::json py;
-  try {
-    py = nlohmann::json::parse(out.substr(out.rfind('{')));
-  } catch (const std::exception&) {
-    std::cerr << "python baseline failed: " << cmd << "\n" << out << "\n";
-    return 1;
-  }
-  const double py_tps = py.at("tokens_per_s").get<double>();
-  std::vector<double> py_ms = py.at("step_ms").get<std::vector<double>>();
-  std::printf("transformers (Python eager): %9.0f tokens/s  (median step %.1f ms, first loss %.6f)\n",
-              py_tps, median(py_ms), py.at("first_loss").get<double>());
+
+  const double tokens = static_cast<double>(o.batch * o.seq);
+  const double deepen_tps = tokens / (median(deepen_ms) / 1e3);
+  std::printf("deepen (C++ LibTorch):       %8.0f tokens/s  (median step %7.1f ms, first loss %.6f)\n",
+              deepen_tps, median(deepen_ms), first_loss);
+  if (!baseline) return 0;
+  const double py_tps = tokens / (median(py_ms) / 1e3);
+  std::printf("transformers (Python eager): %8.0f tokens/s  (median step %7.1f ms, first loss %.6f)\n",
+              py_tps, median(py_ms), py_first_loss);
   std::printf("ratio deepen / transformers: %.2fx\n", deepen_tps / py_tps);
   return 0;
 }

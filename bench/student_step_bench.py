@@ -7,7 +7,11 @@ both sides run the very same weights on the very same token ids.
   python3 bench/student_step_bench.py --model DIR --batch 8 --seq 256 --steps 10 --warmup 2 --threads 2
 
 Prints one JSON line: {"tokens_per_s": ..., "step_ms": [...], "first_loss": ...}.
+With --serve it instead prints {"ready": true, "first_loss": ...} after the warm-up, then runs one
+step per "step" line read from stdin and answers each with {"ms": ...}, until "quit": the C++ bench
+alternates its own steps with these, so both sides see the same machine load.
 """
+import sys
 import argparse
 import json
 import time
@@ -32,6 +36,7 @@ def main():
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--serve", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     model = Qwen3ForCausalLM.from_pretrained(a.model, dtype=torch.float32)
@@ -50,6 +55,15 @@ def main():
     first_loss = step()
     for _ in range(a.warmup - 1):
         step()
+    if a.serve:
+        print(json.dumps({"ready": True, "first_loss": first_loss}), flush=True)
+        for line in sys.stdin:
+            if line.strip() != "step":
+                break
+            t0 = time.perf_counter()
+            step()
+            print(json.dumps({"ms": (time.perf_counter() - t0) * 1e3}), flush=True)
+        return
     times = []
     for _ in range(a.steps):
         t0 = time.perf_counter()

@@ -4,10 +4,187 @@
 #include <cmath>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/autograd.h>
 
 #include "launch/input_error.h"
+#include "model/fused_kernels.h"
 
 namespace deepen {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+bool fusable(const at::Tensor& x, bool enabled) {
+  return enabled && x.device().is_cpu() && x.scalar_type() == at::kFloat;
+}
+
+// Rows per parallel_for task: a few KB of work each, so 2-16 threads split any realistic batch.
+constexpr int64_t kRowGrain = 32;
+
+// Per-thread partial sums of a weight gradient (dw = sum over rows), reduced at the end.
+struct WeightGradParts {
+  WeightGradParts(int64_t dim) : parts(at::zeros({at::get_num_threads(), dim}, at::kFloat)) {}
+  float* mine() { return parts.data_ptr<float>() + at::get_thread_num() * parts.size(1); }
+  at::Tensor sum() const { return parts.sum(0); }
+  at::Tensor parts;
+};
+
+// RMSNorm over the last dim, fp32 CPU: one pass each way instead of pow/mean/add/rsqrt/mul/mul.
+struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& w, double eps) {
+    const at::Tensor x = x_in.contiguous();
+    const int64_t dim = x.size(-1), rows = x.numel() / dim;
+    at::Tensor y = at::empty_like(x);
+    at::Tensor rstd = at::empty({rows}, x.options());
+    const float* xp = x.data_ptr<float>();
+    const float* wp = w.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    float* rp = rstd.data_ptr<float>();
+    at::parallel_for(0, rows, kRowGrain, [&](int64_t b, int64_t e) {
+      kernels::rms_norm_forward(xp + b * dim, dim, wp, yp + b * dim, dim, rp + b, e - b, dim,
+                                static_cast<float>(eps));
+    });
+    ctx->save_for_backward({x, w, rstd});
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& w = saved[1];
+    const at::Tensor& rstd = saved[2];
+    const at::Tensor g = grads[0].contiguous();
+    const int64_t dim = x.size(-1), rows = x.numel() / dim;
+    at::Tensor dx = at::empty_like(x);
+    WeightGradParts dw(dim);
+    at::parallel_for(0, rows, kRowGrain, [&](int64_t b, int64_t e) {
+      kernels::rms_norm_backward(g.data_ptr<float>() + b * dim, dim, x.data_ptr<float>() + b * dim, dim,
+                                 w.data_ptr<float>(), rstd.data_ptr<float>() + b,
+                                 dx.data_ptr<float>() + b * dim, dim, dw.mine(), e - b, dim);
+    });
+    return {dx, dw.sum(), at::Tensor()};
+  }
+};
+
+// Attention prologue, fp32 CPU: qkv [B, T, (H + 2 KV) d] (one fused projection) -> per-head
+// RMSNorm of q and k over d, RoPE, and the [B, heads, T, d] layouts SDPA reads; v is copied into
+// [B, KV, T, d]. One pass forward, one backward, instead of view/norm (6 ops)/transpose/RoPE
+// (5 ops) for q and k each.
+struct QkvRopeFn : torch::autograd::Function<QkvRopeFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& qkv_in, const at::Tensor& qw,
+                               const at::Tensor& kw, const at::Tensor& cos, const at::Tensor& sin,
+                               int64_t heads, int64_t kv_heads, int64_t d, double eps) {
+    const at::Tensor qkv = qkv_in.contiguous();
+    const int64_t B = qkv.size(0), T = qkv.size(1), W = (heads + 2 * kv_heads) * d;
+    at::Tensor q = at::empty({B, heads, T, d}, qkv.options());
+    at::Tensor k = at::empty({B, kv_heads, T, d}, qkv.options());
+    at::Tensor v = at::empty({B, kv_heads, T, d}, qkv.options());
+    at::Tensor rq = at::empty({B * T, heads}, qkv.options());
+    at::Tensor rk = at::empty({B * T, kv_heads}, qkv.options());
+    const float* src = qkv.data_ptr<float>();
+    const float* cp = cos.data_ptr<float>();
+    const float* sp = sin.data_ptr<float>();
+    float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+    float *rqp = rq.data_ptr<float>(), *rkp = rk.data_ptr<float>();
+    const float* qwp = qw.data_ptr<float>();
+    const float* kwp = kw.data_ptr<float>();
+    const float e = static_cast<float>(eps);
+    at::parallel_for(0, B * T, kRowGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t bt = begin; bt < end; ++bt) {
+        const int64_t b = bt / T, t = bt % T;
+        const float* row = src + bt * W;
+        for (int64_t h = 0; h < heads; ++h) {
+          float* dst = qp + ((b * heads + h) * T + t) * d;
+          kernels::rms_norm_forward(row + h * d, d, qwp, dst, d, rqp + bt * heads + h, 1, d, e);
+          kernels::rope_forward_row(dst, cp + t * d, sp + t * d, d);
+        }
+        for (int64_t h = 0; h < kv_heads; ++h) {
+          float* dst = kp + ((b * kv_heads + h) * T + t) * d;
+          kernels::rms_norm_forward(row + (heads + h) * d, d, kwp, dst, d, rkp + bt * kv_heads + h, 1, d, e);
+          kernels::rope_forward_row(dst, cp + t * d, sp + t * d, d);
+          std::memcpy(vp + ((b * kv_heads + h) * T + t) * d, row + (heads + kv_heads + h) * d, d * sizeof(float));
+        }
+      }
+    });
+    ctx->save_for_backward({qkv, qw, kw, cos, sin, rq, rk});
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["kv_heads"] = kv_heads;
+    return {q, k, v};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &qkv = saved[0], &qw = saved[1], &kw = saved[2], &cos = saved[3], &sin = saved[4];
+    const at::Tensor &rq = saved[5], &rk = saved[6];
+    const int64_t heads = ctx->saved_data["heads"].toInt(), kv_heads = ctx->saved_data["kv_heads"].toInt();
+    const int64_t B = qkv.size(0), T = qkv.size(1), d = qw.size(0), W = (heads + 2 * kv_heads) * d;
+    auto grad_or_zeros = [&](const at::Tensor& g, int64_t n) {
+      return g.defined() ? g.contiguous() : at::zeros({B, n, T, d}, qkv.options());
+    };
+    const at::Tensor dq = grad_or_zeros(grads[0], heads), dk = grad_or_zeros(grads[1], kv_heads),
+                     dv = grad_or_zeros(grads[2], kv_heads);
+    at::Tensor dqkv = at::empty_like(qkv);
+    WeightGradParts dqw(d), dkw(d);
+    const float *x = qkv.data_ptr<float>(), *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+    const float *dqp = dq.data_ptr<float>(), *dkp = dk.data_ptr<float>(), *dvp = dv.data_ptr<float>();
+    const float *rqp = rq.data_ptr<float>(), *rkp = rk.data_ptr<float>();
+    float* out = dqkv.data_ptr<float>();
+    at::parallel_for(0, B * T, kRowGrain, [&](int64_t begin, int64_t end) {
+      std::vector<float> tmp(static_cast<size_t>(d));
+      float* dqw_part = dqw.mine();
+      float* dkw_part = dkw.mine();
+      for (int64_t bt = begin; bt < end; ++bt) {
+        const int64_t b = bt / T, t = bt % T;
+        const float* row = x + bt * W;
+        float* drow = out + bt * W;
+        for (int64_t h = 0; h < heads; ++h) {
+          std::memcpy(tmp.data(), dqp + ((b * heads + h) * T + t) * d, d * sizeof(float));
+          kernels::rope_backward_row(tmp.data(), cp + t * d, sp + t * d, d);
+          kernels::rms_norm_backward(tmp.data(), d, row + h * d, d, qw.data_ptr<float>(), rqp + bt * heads + h,
+                                     drow + h * d, d, dqw_part, 1, d);
+        }
+        for (int64_t h = 0; h < kv_heads; ++h) {
+          std::memcpy(tmp.data(), dkp + ((b * kv_heads + h) * T + t) * d, d * sizeof(float));
+          kernels::rope_backward_row(tmp.data(), cp + t * d, sp + t * d, d);
+          kernels::rms_norm_backward(tmp.data(), d, row + (heads + h) * d, d, kw.data_ptr<float>(),
+                                     rkp + bt * kv_heads + h, drow + (heads + h) * d, d, dkw_part, 1, d);
+          std::memcpy(drow + (heads + kv_heads + h) * d, dvp + ((b * kv_heads + h) * T + t) * d, d * sizeof(float));
+        }
+      }
+    });
+    return {dqkv, dqw.sum(), dkw.sum(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+// silu(gate) * up on [..., gate | up] (the fused gate|up projection's output), fp32 CPU.
+struct SwiGluFn : torch::autograd::Function<SwiGluFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gu_in) {
+    const at::Tensor gu = gu_in.contiguous();
+    const int64_t inter = gu.size(-1) / 2, rows = gu.numel() / (2 * inter);
+    std::vector<int64_t> shape(gu.sizes().begin(), gu.sizes().end());
+    shape.back() = inter;
+    at::Tensor out = at::empty(shape, gu.options());
+    at::parallel_for(0, rows, kRowGrain, [&](int64_t b, int64_t e) {
+      kernels::swiglu_forward(gu.data_ptr<float>() + b * 2 * inter, out.data_ptr<float>() + b * inter, e - b, inter);
+    });
+    ctx->save_for_backward({gu});
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor gu = ctx->get_saved_variables()[0];
+    const at::Tensor g = grads[0].contiguous();
+    const int64_t inter = gu.size(-1) / 2, rows = gu.numel() / (2 * inter);
+    at::Tensor dgu = at::empty_like(gu);
+    at::parallel_for(0, rows, kRowGrain, [&](int64_t b, int64_t e) {
+      kernels::swiglu_backward(g.data_ptr<float>() + b * inter, gu.data_ptr<float>() + b * 2 * inter,
+                               dgu.data_ptr<float>() + b * 2 * inter, e - b, inter);
+    });
+    return {dgu};
+  }
+};
+
+}  // namespace
 
 void validate_decoder_spec(const DecoderSpec& spec, const std::string& where) {
   auto positive = [&](const char* name, int64_t v) {
@@ -38,12 +215,9 @@ const char* norm_placement_name(NormPlacement norm) {
   return norm == NormPlacement::kPre ? "pre" : "post";
 }
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool fused) {
   const auto in_dtype = x.scalar_type();
-  if (in_dtype == at::kFloat && weight.scalar_type() == at::kFloat) {
-    // Same arithmetic as below (fp32 throughout), in ATen's single op: fewer autograd nodes.
-    return at::rms_norm(x, {x.size(-1)}, weight, eps);
-  }
+  if (fusable(x, fused) && weight.scalar_type() == at::kFloat) return RmsNormFn::apply(x, weight, eps);
   const at::Tensor xf = x.to(at::kFloat);
   const at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
   return weight * (xf * at::rsqrt(var + eps)).to(in_dtype);
@@ -84,7 +258,8 @@ EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t dim, const at::TensorOptions
 
 at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) { return at::embedding(weight, ids); }
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const at::TensorOptions& options) : eps(eps_) {
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const at::TensorOptions& options, bool fused_)
+    : eps(eps_), fused(fused_) {
   weight = register_parameter("weight", at::ones({dim}, options));
 }
 
@@ -96,18 +271,31 @@ AttentionImpl::AttentionImpl(const DecoderSpec& s, const at::TensorOptions& opti
   k_proj = register_module("k_proj", linear(spec.hidden, spec.kv_heads * spec.head_dim));
   v_proj = register_module("v_proj", linear(spec.hidden, spec.kv_heads * spec.head_dim));
   o_proj = register_module("o_proj", linear(spec.heads * spec.head_dim, spec.hidden));
-  q_norm = register_module("q_norm", RMSNorm(spec.head_dim, spec.rms_eps, options));
-  k_norm = register_module("k_norm", RMSNorm(spec.head_dim, spec.rms_eps, options));
+  q_norm = register_module("q_norm", RMSNorm(spec.head_dim, spec.rms_eps, options, spec.fused_cpu));
+  k_norm = register_module("k_norm", RMSNorm(spec.head_dim, spec.rms_eps, options, spec.fused_cpu));
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const Rotary& rope) {
   const int64_t b = x.size(0), t = x.size(1), d = spec.head_dim;
-  // [B, T, heads, d] -> per-head RMSNorm over d -> [B, heads, T, d] -> RoPE.
-  at::Tensor q = q_norm(q_proj(x).view({b, t, spec.heads, d})).transpose(1, 2);
-  at::Tensor k = k_norm(k_proj(x).view({b, t, spec.kv_heads, d})).transpose(1, 2);
-  const at::Tensor v = v_proj(x).view({b, t, spec.kv_heads, d}).transpose(1, 2);
-  q = apply_rotary(q, rope);
-  k = apply_rotary(k, rope);
+  at::Tensor q, k, v;
+  if (fusable(x, spec.fused_cpu)) {
+    // One [q | k | v] projection (weights concatenated per call: cheap next to the matmul, and the
+    // parameters keep HF's names), then the fused norm + RoPE + layout kernel.
+    const at::Tensor w = at::cat({q_proj->weight, k_proj->weight, v_proj->weight}, 0);
+    const at::Tensor bias = spec.attention_bias
+                                ? at::cat({q_proj->bias, k_proj->bias, v_proj->bias}, 0)
+                                : at::Tensor();
+    const auto qkv = QkvRopeFn::apply(at::linear(x, w, bias), q_norm->weight, k_norm->weight, rope.cos,
+                                      rope.sin, spec.heads, spec.kv_heads, d, spec.rms_eps);
+    q = qkv[0];
+    k = qkv[1];
+    v = qkv[2];
+  } else {
+    // [B, T, heads, d] -> per-head RMSNorm over d -> [B, heads, T, d] -> RoPE.
+    q = apply_rotary(q_norm(q_proj(x).view({b, t, spec.heads, d})).transpose(1, 2), rope);
+    k = apply_rotary(k_norm(k_proj(x).view({b, t, spec.kv_heads, d})).transpose(1, 2), rope);
+    v = v_proj(x).view({b, t, spec.kv_heads, d}).transpose(1, 2);
+  }
   // Fused SDPA (flash kernel on CPU and CUDA); enable_gqa lets it read the shared KV heads without
   // materializing repeat_kv. Scale 1/sqrt(head_dim) as HF's `head_dim ** -0.5`.
   const at::Tensor o = at::scaled_dot_product_attention(
@@ -117,7 +305,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const Rotary& rope) {
   return o_proj(o.transpose(1, 2).reshape({b, t, spec.heads * d}));
 }
 
-MlpImpl::MlpImpl(const DecoderSpec& spec, const at::TensorOptions& options) {
+MlpImpl::MlpImpl(const DecoderSpec& spec, const at::TensorOptions& options) : fused_cpu(spec.fused_cpu) {
   auto linear = [&](int64_t in, int64_t out) { return Projection(in, out, false, options); };
   gate_proj = register_module("gate_proj", linear(spec.hidden, spec.intermediate));
   up_proj = register_module("up_proj", linear(spec.hidden, spec.intermediate));
@@ -125,6 +313,10 @@ MlpImpl::MlpImpl(const DecoderSpec& spec, const at::TensorOptions& options) {
 }
 
 at::Tensor MlpImpl::forward(const at::Tensor& x) {
+  if (fusable(x, fused_cpu)) {
+    const at::Tensor gate_up = at::linear(x, at::cat({gate_proj->weight, up_proj->weight}, 0));
+    return down_proj(SwiGluFn::apply(gate_up));
+  }
   return down_proj(at::silu(gate_proj(x)) * up_proj(x));
 }
 
@@ -133,9 +325,10 @@ DecoderBlockImpl::DecoderBlockImpl(const DecoderSpec& spec, NormPlacement norm,
     : placement(norm) {
   self_attn = register_module("self_attn", Attention(spec, options));
   mlp = register_module("mlp", Mlp(spec, options));
-  input_layernorm = register_module("input_layernorm", RMSNorm(spec.hidden, spec.rms_eps, options));
-  post_attention_layernorm =
-      register_module("post_attention_layernorm", RMSNorm(spec.hidden, spec.rms_eps, options));
+  input_layernorm =
+      register_module("input_layernorm", RMSNorm(spec.hidden, spec.rms_eps, options, spec.fused_cpu));
+  post_attention_layernorm = register_module("post_attention_layernorm",
+                                             RMSNorm(spec.hidden, spec.rms_eps, options, spec.fused_cpu));
 }
 
 at::Tensor DecoderBlockImpl::forward(const at::Tensor& x, const Rotary& rope) {

@@ -21,6 +21,10 @@ struct DecoderSpec {
   double rope_theta = 1'000'000.0;
   double rms_eps = 1e-6;
   bool attention_bias = false;  // q/k/v/o biases (Qwen3 checkpoints: false)
+  // fp32 on CPU: fused projections (q|k|v and gate|up as one matmul each) and the hand-fused kernels
+  // of fused_kernels.h. Same math as the HF op sequence (tests compare both, values and gradients);
+  // false runs that op sequence. bf16 and CUDA always run the op sequence.
+  bool fused_cpu = true;
 };
 
 // Throws InputError "<where>: <field> ..." when a size is not positive or heads % kv_heads != 0.
@@ -37,7 +41,8 @@ const char* norm_placement_name(NormPlacement norm);
 
 // HF's Qwen3RMSNorm: normalize in fp32, cast back to x's dtype, THEN multiply by the weight (in
 // the weight's dtype). For bf16 the order matters: weight * bf16(x_hat), not bf16(weight * x_hat).
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// fused: on fp32 CPU tensors, one pass forward and one backward (fused_kernels.h).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool fused = true);
 
 // cos/sin tables of rotary embedding for positions 0..seq_len-1, [seq_len, head_dim], computed as
 // HF does (inv_freq = 1 / theta^(arange(0, d, 2) / d) in fp32, angle = pos * inv_freq in fp32,
@@ -79,10 +84,11 @@ TORCH_MODULE(Embedding);
 
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps, const at::TensorOptions& options);
-  at::Tensor forward(const at::Tensor& x) { return rms_norm(x, weight, eps); }
+  RMSNormImpl(int64_t dim, double eps, const at::TensorOptions& options, bool fused = true);
+  at::Tensor forward(const at::Tensor& x) { return rms_norm(x, weight, eps, fused); }
   at::Tensor weight;
   double eps;
+  bool fused;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -102,6 +108,7 @@ class MlpImpl : public torch::nn::Module {
  public:
   MlpImpl(const DecoderSpec& spec, const at::TensorOptions& options);
   at::Tensor forward(const at::Tensor& x);
+  bool fused_cpu;
   Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(Mlp);
