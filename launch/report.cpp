@@ -306,8 +306,11 @@ std::vector<CurvePoint> mean_curve(const RoleSummary& role) {
 
 Report build_report(const std::vector<RunData>& runs) {
   Report report;
+  // The study's full depth: the deepest student among the distilled runs (a pretrained teacher in the
+  // same folder is deeper and does not count).
   int64_t full_depth = 0;
-  for (const auto& r : runs) full_depth = std::max(full_depth, r.config.student.layers);
+  for (const auto& r : runs)
+    if (run_kind(r.config, r.teacher, 0) != "pretrain") full_depth = std::max(full_depth, r.config.student.layers);
 
   // Group by role, then by experiment signature (the first signature keeps the plain role name).
   std::map<std::string, std::vector<std::pair<uint64_t, std::vector<const RunData*>>>> groups;

@@ -259,6 +259,25 @@ TEST(Report, UnfinishedRunIsUsedAtItsLastEvalAndNoted) {
   EXPECT_EQ(r.roles[0].runs[2]->evals.back().step, 14);
 }
 
+// A pretrained teacher in the same folder (deeper, no teacher of its own) is listed as pretrain and
+// does not turn the students' full-depth joint runs into single-block runs.
+TEST(Report, PretrainedTeacherInTheFolderDoesNotSetTheFullDepth) {
+  const std::string root = write_study("with_teacher");
+  const std::string t = write_run(root, {"teacher", "pre", "joint", 1});
+  Config c = load_config(t + "/config.toml");
+  c.student.layers = 6;
+  c.curriculum.stages = {6};
+  std::ofstream(t + "/config.toml") << to_toml(c);
+  std::ofstream(t + "/run.json") << R"j({"teacher": "none (pretraining, CE only)", "stage_steps": [30]})j";
+  std::vector<RunData> runs;
+  for (const auto& d : find_run_dirs({root})) runs.push_back(load_run(d));
+  const Report r = build_report(runs);
+  ASSERT_EQ(r.roles.size(), 10u);
+  EXPECT_EQ(r.roles[0].role, "pre-joint");
+  EXPECT_EQ(r.roles[0].runs.size(), 3u);
+  EXPECT_EQ(r.roles.back().role, "pre-pretrain");
+}
+
 TEST(Report, DifferentConfigsOfOneRoleAreKeptApart) {
   const std::string root = scratch("apart");
   write_run(root, {"x", "post", "grow", 1});
