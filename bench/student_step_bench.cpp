@@ -26,6 +26,7 @@
 
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <nlohmann/json.hpp>
 
 #include "launch/compute_threads.h"
@@ -41,6 +42,7 @@ struct Options {
   bool malloc_tuning = true;
   std::string norm = "pre";
   std::vector<std::string> python_env;
+  std::string profile;
 };
 
 // Same formula as the Python side: ids[b, t] = (b * 131 + t * 17 + (b * t) % 7) % vocab.
@@ -117,6 +119,7 @@ int main(int argc, char** argv) {
   app.add_option("--norm", o.norm, "pre | post (post has no transformers baseline)");
   app.add_option("--python-env", o.python_env, "NAME=VALUE added to the Python baseline's environment");
   app.add_flag("!--no-baseline", o.baseline, "skip the Python run");
+  app.add_option("--profile", o.profile, "write a chrome trace of one deepen step here and stop");
   app.add_flag("!--no-malloc-tuning", o.malloc_tuning,
                "leave glibc malloc's defaults (else: mmap threshold 32 MB, no trimming, as deepen's binary)");
   CLI11_PARSE(app, argc, argv);
@@ -160,6 +163,11 @@ int main(int argc, char** argv) {
               long(o.threads), long(o.steps), long(o.warmup), o.malloc_tuning ? "on" : "off");
   const double first_loss = step();
   for (int64_t i = 1; i < o.warmup; ++i) step();
+  if (!o.profile.empty()) {
+    torch::autograd::profiler::RecordProfile guard(o.profile);
+    step();
+    return 0;
+  }
   const bool baseline = o.baseline && spec.norm == deepen::NormPlacement::kPre;
 
   std::unique_ptr<PythonChild> python;

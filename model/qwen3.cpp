@@ -77,9 +77,10 @@ struct QkvRopeFn : torch::autograd::Function<QkvRopeFn> {
                                int64_t heads, int64_t kv_heads, int64_t d, double eps) {
     const at::Tensor qkv = qkv_in.contiguous();
     const int64_t B = qkv.size(0), T = qkv.size(1), W = (heads + 2 * kv_heads) * d;
-    at::Tensor q = at::empty({B, heads, T, d}, qkv.options());
-    at::Tensor k = at::empty({B, kv_heads, T, d}, qkv.options());
-    at::Tensor v = at::empty({B, kv_heads, T, d}, qkv.options());
+    // Shapes [B, n, T, d] laid out as [B, T, n, d] (what the projection produced and the layout
+    // SDPA's CPU kernel allocates its gradients in), so neither direction needs a transposing copy.
+    auto bnTd = [&](int64_t n) { return at::empty_strided({B, n, T, d}, {T * n * d, d, n * d, 1}, qkv.options()); };
+    at::Tensor q = bnTd(heads), k = bnTd(kv_heads), v = bnTd(kv_heads);
     at::Tensor rq = at::empty({B * T, heads}, qkv.options());
     at::Tensor rk = at::empty({B * T, kv_heads}, qkv.options());
     const float* src = qkv.data_ptr<float>();
@@ -92,19 +93,19 @@ struct QkvRopeFn : torch::autograd::Function<QkvRopeFn> {
     const float e = static_cast<float>(eps);
     at::parallel_for(0, B * T, kRowGrain, [&](int64_t begin, int64_t end) {
       for (int64_t bt = begin; bt < end; ++bt) {
-        const int64_t b = bt / T, t = bt % T;
+        const int64_t t = bt % T;
         const float* row = src + bt * W;
         for (int64_t h = 0; h < heads; ++h) {
-          float* dst = qp + ((b * heads + h) * T + t) * d;
+          float* dst = qp + (bt * heads + h) * d;
           kernels::rms_norm_forward(row + h * d, d, qwp, dst, d, rqp + bt * heads + h, 1, d, e);
           kernels::rope_forward_row(dst, cp + t * d, sp + t * d, d);
         }
         for (int64_t h = 0; h < kv_heads; ++h) {
-          float* dst = kp + ((b * kv_heads + h) * T + t) * d;
+          float* dst = kp + (bt * kv_heads + h) * d;
           kernels::rms_norm_forward(row + (heads + h) * d, d, kwp, dst, d, rkp + bt * kv_heads + h, 1, d, e);
           kernels::rope_forward_row(dst, cp + t * d, sp + t * d, d);
-          std::memcpy(vp + ((b * kv_heads + h) * T + t) * d, row + (heads + kv_heads + h) * d, d * sizeof(float));
         }
+        std::memcpy(vp + bt * kv_heads * d, row + (heads + kv_heads) * d, kv_heads * d * sizeof(float));
       }
     });
     ctx->save_for_backward({qkv, qw, kw, cos, sin, rq, rk});
@@ -118,8 +119,11 @@ struct QkvRopeFn : torch::autograd::Function<QkvRopeFn> {
     const at::Tensor &rq = saved[5], &rk = saved[6];
     const int64_t heads = ctx->saved_data["heads"].toInt(), kv_heads = ctx->saved_data["kv_heads"].toInt();
     const int64_t B = qkv.size(0), T = qkv.size(1), d = qw.size(0), W = (heads + 2 * kv_heads) * d;
+    // Gradients arrive as [B, n, T, d] in whatever layout SDPA chose: read them through their
+    // strides (only the last dim must be dense).
     auto grad_or_zeros = [&](const at::Tensor& g, int64_t n) {
-      return g.defined() ? g.contiguous() : at::zeros({B, n, T, d}, qkv.options());
+      if (!g.defined()) return at::zeros({B, n, T, d}, qkv.options());
+      return g.stride(3) == 1 ? g : g.contiguous();
     };
     const at::Tensor dq = grad_or_zeros(grads[0], heads), dk = grad_or_zeros(grads[1], kv_heads),
                      dv = grad_or_zeros(grads[2], kv_heads);
@@ -138,17 +142,18 @@ struct QkvRopeFn : torch::autograd::Function<QkvRopeFn> {
         const float* row = x + bt * W;
         float* drow = out + bt * W;
         for (int64_t h = 0; h < heads; ++h) {
-          std::memcpy(tmp.data(), dqp + ((b * heads + h) * T + t) * d, d * sizeof(float));
+          std::memcpy(tmp.data(), dqp + b * dq.stride(0) + h * dq.stride(1) + t * dq.stride(2), d * sizeof(float));
           kernels::rope_backward_row(tmp.data(), cp + t * d, sp + t * d, d);
           kernels::rms_norm_backward(tmp.data(), d, row + h * d, d, qw.data_ptr<float>(), rqp + bt * heads + h,
                                      drow + h * d, d, dqw_part, 1, d);
         }
         for (int64_t h = 0; h < kv_heads; ++h) {
-          std::memcpy(tmp.data(), dkp + ((b * kv_heads + h) * T + t) * d, d * sizeof(float));
+          std::memcpy(tmp.data(), dkp + b * dk.stride(0) + h * dk.stride(1) + t * dk.stride(2), d * sizeof(float));
           kernels::rope_backward_row(tmp.data(), cp + t * d, sp + t * d, d);
           kernels::rms_norm_backward(tmp.data(), d, row + (heads + h) * d, d, kw.data_ptr<float>(),
                                      rkp + bt * kv_heads + h, drow + (heads + h) * d, d, dkw_part, 1, d);
-          std::memcpy(drow + (heads + kv_heads + h) * d, dvp + ((b * kv_heads + h) * T + t) * d, d * sizeof(float));
+          std::memcpy(drow + (heads + kv_heads + h) * d, dvp + b * dv.stride(0) + h * dv.stride(1) + t * dv.stride(2),
+                      d * sizeof(float));
         }
       }
     });
