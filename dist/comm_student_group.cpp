@@ -30,7 +30,9 @@ template <class Op> void CommStudentGroup::bucketed(const std::vector<at::Tensor
     }
     std::vector<at::Tensor> flat;
     for (size_t k = i; k < j; ++k) flat.push_back(tensors[k].reshape({-1}));
-    at::Tensor bucket = at::cat(flat);
+    // On the communicator's device: a CUDA student over MPI stages its buckets through host
+    // memory; copy_ below brings the result back to the parameters' device.
+    at::Tensor bucket = at::cat(flat).to(comm_.device());
     op(bucket);
     int64_t offset = 0;
     for (size_t k = i; k < j; ++k) {
@@ -53,8 +55,9 @@ void CommStudentGroup::broadcast_from_first(const std::vector<at::Tensor>& tenso
 }
 
 std::vector<double> CommStudentGroup::sum(const std::vector<double>& values) {
-  at::Tensor t = at::tensor(values, at::kDouble);
+  at::Tensor t = at::tensor(values, at::kDouble).to(comm_.device());  // NCCL reduces device memory only
   if (comm_.size() > 1) comm_.all_reduce_sum(t);
+  t = t.to(at::kCPU);
   return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
 }
 

@@ -1,5 +1,8 @@
-// Communicator factory (backend choice) and the layout's groups split from the world.
+// Communicator factory (backend choice), host-side waits, and the layout's groups split from the world.
 #include "dist/communicator.h"
+
+#include <chrono>
+#include <thread>
 
 #include "dist/mpi_session.h"
 #include "dist/rank_layout.h"
@@ -10,6 +13,12 @@
 #endif
 
 namespace deepen {
+
+void wait_on_host(Request& request) {
+  request.wait();
+  // test() throws CommError on abort, so a dead peer cannot keep this loop spinning.
+  while (!request.test()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
 
 bool nccl_available() {
 #ifdef DEEPEN_WITH_NCCL

@@ -36,6 +36,11 @@ class Request {
   virtual bool test() = 0;
 };
 
+// Returns once `request` has completed on the host as well: for MPI that is wait(); for NCCL,
+// whose wait() only orders the current stream, it also polls test(). Bounded in-flight queues use
+// it: stream-ordered waits alone would let a sender run ahead with unbounded device memory queued.
+void wait_on_host(Request& request);
+
 // All tensors must be contiguous, on the backend's device (CPU for "mpi", this rank's CUDA device
 // for "nccl"), and have the same dtype and number of elements on every rank taking part.
 //
@@ -52,6 +57,9 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string backend() const = 0;  // "mpi" | "nccl"
+  // Where this communicator's tensors must live: CPU for "mpi", this rank's GPU for "nccl". Callers
+  // computing elsewhere copy to it before sending and from it after receiving (host staging).
+  virtual at::Device device() const = 0;
 
   // Point-to-point, bit-exact for every dtype (bytes are moved, never converted). recv writes into
   // `out` in place; a message whose size differs from out's is a CommError naming both sizes.

@@ -49,10 +49,11 @@ std::string ItemKey::describe() const {
 struct LogitChannelSender::InFlight {
   at::Tensor header, payload, indices;
   std::unique_ptr<Request> header_req, payload_req, indices_req;
+  // On the host: NCCL's stream-ordered wait would not bound the queue (see wait_on_host).
   void wait() {
-    header_req->wait();
-    payload_req->wait();
-    if (indices_req) indices_req->wait();
+    wait_on_host(*header_req);
+    wait_on_host(*payload_req);
+    if (indices_req) wait_on_host(*indices_req);
   }
 };
 
@@ -74,25 +75,27 @@ void LogitChannelSender::send(const ItemKey& key, uint64_t checksum, const at::T
     in_flight_.pop_front();
   }
   const int dst = 1 + static_cast<int>(key.student) - first_student_;
+  const at::Device wire = channel_.device();
   const at::Tensor rows = logits.reshape({-1, logits.size(-1)});
   auto msg = std::make_unique<InFlight>();
   Payload payload;
   if (format_.topk && key.kind == BatchKind::kTrain) {
     const TeacherTargets t = teacher_topk(rows, format_.k, format_.temperature, format_.vocab_chunk);
-    msg->payload = t.values.to(at::kFloat).contiguous();
-    msg->indices = t.indices.to(at::kInt).contiguous();
+    msg->payload = t.values.to(wire, at::kFloat).contiguous();
+    msg->indices = t.indices.to(wire, at::kInt).contiguous();
     payload = kTopk;
   } else if (format_.bf16_values && key.kind == BatchKind::kTrain) {
-    msg->payload = rows.to(at::kBFloat16).contiguous();
+    msg->payload = rows.to(wire, at::kBFloat16).contiguous();
     payload = kFullBF16;
   } else {
-    msg->payload = rows.to(at::kFloat).contiguous();
+    msg->payload = rows.to(wire, at::kFloat).contiguous();
     payload = kFullF32;
   }
   msg->header = at::tensor(std::vector<int64_t>{kMagic, static_cast<int64_t>(key.kind), key.step, key.student,
                                                 key.index, static_cast<int64_t>(checksum), rows.size(0),
                                                 static_cast<int64_t>(payload)},
-                           at::kLong);
+                           at::kLong)
+                    .to(wire);
   msg->header_req = channel_.isend(msg->header, dst, kTagHeader);
   msg->payload_req = channel_.isend(msg->payload, dst, kTagPayload);
   if (msg->indices.defined()) msg->indices_req = channel_.isend(msg->indices, dst, kTagIndices);
@@ -109,23 +112,25 @@ void LogitChannelSender::flush() {
 }
 
 ChannelTeacherSource::ChannelTeacherSource(Communicator& channel, ChannelFormat format, int64_t vocab,
-                                           int teacher_world_rank, int student_world_rank)
+                                           int teacher_world_rank, int student_world_rank, at::Device device)
     : channel_(channel),
       format_(format),
       vocab_(vocab),
       teacher_rank_(teacher_world_rank),
-      student_rank_(student_world_rank) {}
+      student_rank_(student_world_rank),
+      device_(device) {}
 
 at::Tensor ChannelTeacherSource::reusable(at::Tensor& slot, at::IntArrayRef shape, at::ScalarType dtype) {
   // use_count() == 1: only this slot still refers to the buffer, so nobody reads it any more.
   if (!slot.defined() || slot.use_count() > 1 || slot.sizes() != shape || slot.scalar_type() != dtype)
-    slot = at::empty(shape, dtype);
+    slot = at::empty(shape, at::TensorOptions().dtype(dtype).device(channel_.device()));
   return slot;
 }
 
 TeacherTargets ChannelTeacherSource::targets(const MicroBatch& batch) {
-  at::Tensor header = at::empty({kHeaderWords}, at::kLong);
-  channel_.recv(header, 0, kTagHeader);
+  const at::Tensor wire_header = at::empty({kHeaderWords}, at::TensorOptions().dtype(at::kLong).device(channel_.device()));
+  channel_.recv(wire_header, 0, kTagHeader);
+  const at::Tensor header = wire_header.to(at::kCPU);  // the host reads it (a no-op for MPI)
   const int64_t* h = header.data_ptr<int64_t>();
   const ItemKey mine{batch.kind, batch.step, batch.student, batch.index};
   const ItemKey theirs{static_cast<BatchKind>(h[1]), h[2], h[3], h[4]};
@@ -147,7 +152,7 @@ TeacherTargets ChannelTeacherSource::targets(const MicroBatch& batch) {
       at::Tensor logits = reusable(full_, {rows, vocab_}, h[7] == kFullF32 ? at::kFloat : at::kBFloat16);
       channel_.recv(logits, 0, kTagPayload);
       bytes_ += static_cast<int64_t>(logits.nbytes());
-      return TeacherTargets::full(logits);
+      return TeacherTargets::full(logits.to(device_));
     }
     case kTopk: {
       at::Tensor values = reusable(values_, {rows, format_.k}, at::kFloat);
@@ -155,7 +160,7 @@ TeacherTargets ChannelTeacherSource::targets(const MicroBatch& batch) {
       channel_.recv(values, 0, kTagPayload);
       channel_.recv(indices, 0, kTagIndices);
       bytes_ += static_cast<int64_t>(values.nbytes() + indices.nbytes());
-      return TeacherTargets::topk(values, indices);
+      return TeacherTargets::topk(values.to(device_), indices.to(device_));
     }
   }
   throw CommError("logit channel: unknown payload " + std::to_string(h[7]) + " from teacher rank " +

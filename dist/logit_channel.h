@@ -24,6 +24,9 @@ class Request;
 //           1 "full bf16":  logits [N, V] bf16
 //           2 "topk":       values [N, k] fp32 (log p_T^τ, see teacher_topk) then indices [N, k] int32
 // So a top-k token costs k·(4 + 4) bytes, plus the 64-byte header per micro-batch.
+// Both messages live on the channel's device (Communicator::device(): CUDA for NCCL, which moves
+// only device memory; CPU for MPI). The sender copies from the teacher's device to it, the
+// receiver from it to the student's device; where the devices are equal these are no-ops.
 // Train batches use distill.logits; eval batches always go as full logits, so validation KL is exact.
 struct ChannelFormat {
   bool topk = false;
@@ -70,10 +73,11 @@ class LogitChannelSender {
 
 // Student side: the TeacherSource of a distributed run. Checks every header against the batch the
 // student is about to train on and throws CommError naming the step and both ranks on a mismatch.
+// Targets are returned on `device` (the student's).
 class ChannelTeacherSource : public TeacherSource {
  public:
   ChannelTeacherSource(Communicator& channel, ChannelFormat format, int64_t vocab, int teacher_world_rank,
-                       int student_world_rank);
+                       int student_world_rank, at::Device device = at::kCPU);
   TeacherTargets targets(const MicroBatch& batch) override;
   std::string describe() const override { return format_.describe(); }
   int64_t channel_bytes() const override { return bytes_; }
@@ -83,9 +87,10 @@ class ChannelTeacherSource : public TeacherSource {
   ChannelFormat format_;
   int64_t vocab_;
   int teacher_rank_, student_rank_;
+  at::Device device_;
   int64_t bytes_ = 0;
-  // Receive buffers, reused once the trainer has dropped the targets it was given: a fresh
-  // [N, V] tensor per micro-batch would pay a page fault per 4 KiB on every message.
+  // Receive buffers on the channel's device, reused once nobody holds the targets made from them:
+  // a fresh [N, V] tensor per micro-batch would pay a page fault per 4 KiB on every message.
   at::Tensor reusable(at::Tensor& slot, at::IntArrayRef shape, at::ScalarType dtype);
   at::Tensor full_, values_, indices_;
 };

@@ -30,6 +30,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
+  at::Device device() const override { return at::kCPU; }
 
   void send(const at::Tensor& tensor, int dst, int tag = 0) override;
   void recv(const at::Tensor& out, int src, int tag = 0) override;

@@ -57,6 +57,9 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
   const int64_t hidden = run.stage->config().hidden_size;
   const at::ScalarType wire = activation_dtype(cfg);
   const int64_t max_in_flight = cfg.parallel.max_in_flight;
+  // Messages between stages live on the pipeline communicator's device (NCCL: the GPU; MPI: host
+  // memory, staged to and from the stage's device); the stage's forward moves its input itself.
+  const at::Device hop_device = stages > 1 ? run.pipeline->device() : at::Device(at::kCPU);
 
   std::unique_ptr<LogitChannelSender> sender;
   if (last) {
@@ -79,8 +82,9 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
         input = mb.inputs;
         checksum = mb.checksum;
       } else {
-        at::Tensor header = at::empty({kHeaderWords}, at::kLong);
-        run.pipeline->recv(header, me.stage - 1, kTagStageHeader);
+        const at::Tensor wire_header = at::empty({kHeaderWords}, at::TensorOptions().dtype(at::kLong).device(hop_device));
+        run.pipeline->recv(wire_header, me.stage - 1, kTagStageHeader);
+        const at::Tensor header = wire_header.to(at::kCPU);  // the host reads it (a no-op for MPI)
         const int64_t* h = header.data_ptr<int64_t>();
         if (h[0] != static_cast<int64_t>(key.kind) || h[1] != key.step || h[2] != key.student || h[3] != key.index)
           throw CommError("teacher pipeline " + std::to_string(me.pipeline) + " stage " + std::to_string(me.stage) +
@@ -88,7 +92,7 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
                           " from the previous stage, got kind " + std::to_string(h[0]) + " step " +
                           std::to_string(h[1]) + " student " + std::to_string(h[2]) + " index " + std::to_string(h[3]));
         checksum = static_cast<uint64_t>(h[4]);
-        input = at::empty({batch, seq, hidden}, wire);
+        input = at::empty({batch, seq, hidden}, at::TensorOptions().dtype(wire).device(hop_device));
         run.pipeline->recv(input, me.stage - 1, kTagStageActivation);
       }
       const at::Tensor out = run.stage->forward(input);
@@ -96,15 +100,16 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
         sender->send(key, checksum, out);
       } else {
         while (static_cast<int64_t>(outgoing.size()) >= max_in_flight) {
-          outgoing.front().header_req->wait();
-          outgoing.front().activation_req->wait();
+          wait_on_host(*outgoing.front().header_req);  // host-side: bounds NCCL's queue too
+          wait_on_host(*outgoing.front().activation_req);
           outgoing.pop_front();
         }
         Hop hop;
         hop.header = at::tensor(std::vector<int64_t>{static_cast<int64_t>(key.kind), key.step, key.student,
                                                      key.index, static_cast<int64_t>(checksum), 0, 0, 0},
-                                at::kLong);
-        hop.activation = out.to(wire).contiguous();
+                                at::kLong)
+                         .to(hop_device);
+        hop.activation = out.to(hop_device, wire).contiguous();
         hop.header_req = run.pipeline->isend(hop.header, me.stage + 1, kTagStageHeader);
         hop.activation_req = run.pipeline->isend(hop.activation, me.stage + 1, kTagStageActivation);
         outgoing.push_back(std::move(hop));
@@ -115,8 +120,8 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
     if (run.on_step) run.on_step(step + 1);
   }
   for (auto& hop : outgoing) {
-    hop.header_req->wait();
-    hop.activation_req->wait();
+    wait_on_host(*hop.header_req);
+    wait_on_host(*hop.activation_req);
   }
   if (sender) {
     sender->flush();

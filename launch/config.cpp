@@ -235,6 +235,7 @@ int64_t parse_count(const std::string& text) {
 void validate_config(const Config& cfg) {
   Checker c{cfg};
   c.at_least("run.threads", cfg.run.threads, 0);
+  c.one_of("run.device", cfg.run.device, {"auto", "cpu", "cuda"});
   if (cfg.run.out_dir.empty()) c.fail("run.out_dir", "must not be empty");
 
   const auto& d = cfg.data;

@@ -15,8 +15,9 @@ struct RunConfig {
   std::string out_dir = "runs/run";  // resolved config, metrics, eval records and checkpoints go here
   int64_t seed = 1;                  // model init, sampler and dropout-free training are all seeded by it
   int64_t threads = 0;               // intra-op CPU threads; 0 = all cores given to this rank
+  std::string device = "auto";       // "auto" | "cpu" | "cuda": where models and batches live; auto = CUDA if visible
   template <class V> void visit(V& v) {
-    v("name", name); v("out_dir", out_dir); v("seed", seed); v("threads", threads);
+    v("name", name); v("out_dir", out_dir); v("seed", seed); v("threads", threads); v("device", device);
   }
 };
 

@@ -15,6 +15,7 @@
 #include "launch/compute_threads.h"
 #include "launch/input_error.h"
 #include "launch/job_control.h"
+#include "launch/run_device.h"
 #include "launch/student_job.h"
 #include "model/teacher_stage.h"
 #include "train/shard_batch_source.h"
@@ -66,6 +67,10 @@ bool launched_with_several_ranks() {
 int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
   MpiSession mpi;
   set_compute_threads(cfg.run.threads);
+  // Device and backend first (pure decisions, the same on every rank of a homogeneous allocation):
+  // a CUDA run's world is NCCL when built with it, else MPI with host staging; see run_device.h.
+  const std::string device_kind = resolve_run_device(cfg.run.device, visible_cuda_devices(), cfg.source);
+  const std::string backend = world_backend(cfg.parallel.backend, device_kind, nccl_available(), cfg.source);
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(cfg.data.tokenizer);
   const int64_t vocab = student_vocab_size(cfg, *tokenizer);
   const int64_t teacher_layers = check_teacher_checkpoint(cfg, vocab, *tokenizer);
@@ -79,7 +84,11 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
     for (const auto& warning : placement) std::cerr << "deepen: WARNING: " << warning << "\n";
   }
 
-  std::unique_ptr<Communicator> world = make_communicator(cfg.parallel.backend, mpi);
+  std::unique_ptr<Communicator> world = make_communicator(backend, mpi);
+  // After the NCCL world (which picked the same GPU with the same rule and made it current).
+  const at::Device device = compute_device(device_kind, backend, mpi.local_rank(), mpi.local_size());
+  if (mpi.rank() == first_student && options.print_progress)
+    std::cerr << "deepen: computing on " << device_kind << ", world backend " << backend << "\n";
   RankGroups groups = make_rank_groups(*world, layout);
   const RankInfo& me = layout.ranks.at(static_cast<size_t>(mpi.rank()));
   const std::string role = me.is_teacher() ? "teacher p" + std::to_string(me.pipeline) + " s" + std::to_string(me.stage)
@@ -88,7 +97,7 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
   JobControl control(cfg, mpi.rank(), mpi.size(), mpi.hostnames(), world.get(), role, [&world] { world->abort(); });
 
   // Student 0 chooses the checkpoint every rank resumes from; teachers start feeding at its step.
-  at::Tensor resume_step = at::full({1}, int64_t{-1}, at::kLong);
+  at::Tensor resume_step = at::full({1}, int64_t{-1}, at::TensorOptions().dtype(at::kLong).device(world->device()));
   if (mpi.rank() == first_student && options.resume) {
     if (auto found = CheckpointStore(cfg.run.out_dir, cfg.checkpoint.keep).latest_valid())
       resume_step.fill_(found->step);
@@ -114,7 +123,7 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
     }
     run.stage = TeacherStage::load(cfg.teacher.checkpoint, me.first_layer, me.last_layer, me.stage == 0,
                                    me.stage == layout.teacher_stages - 1,
-                                   cfg.teacher.dtype == "bf16" ? at::kBFloat16 : at::kFloat);
+                                   cfg.teacher.dtype == "bf16" ? at::kBFloat16 : at::kFloat, device);
     run.first_step = steps_done;
     run.end_step = end_step;
     run.stop_at = [&control](int64_t s) { return control.stop_at(s); };
@@ -131,7 +140,7 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
     for (int s = 0; s < layout.students; ++s) student_ranks.push_back(layout.student_rank(s));
     CommStudentGroup group(*groups.students, student_ranks);
     ChannelTeacherSource teacher(*groups.logit_channel, channel_format(cfg.distill), vocab,
-                                 layout.teacher_rank(me.pipeline, layout.teacher_stages - 1), mpi.rank());
+                                 layout.teacher_rank(me.pipeline, layout.teacher_stages - 1), mpi.rank(), device);
     std::unique_ptr<BatchSource> real_batches;
     const std::unique_ptr<BatchSource> batches =
         with_injected_faults(make_shard_batch_source(cfg, *tokenizer), real_batches);
@@ -142,6 +151,7 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
     run.teacher = &teacher;
     run.group = &group;
     run.vocab_size = vocab;
+    run.device = device;
     run.resume = steps_done > 0;
     if (run.resume)
       run.resume_checkpoint = CheckpointStore(cfg.run.out_dir, cfg.checkpoint.keep).root() + "/" +

@@ -19,14 +19,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Sends rank 0's bytes to every rank (no-op without a world).
+// Sends rank 0's bytes to every rank (no-op without a world). The tensors go on the world's device
+// (NCCL moves only device memory) and come back to the host to be read.
 void share(Communicator* world, std::string& bytes) {
   if (!world || world->size() == 1) return;
-  at::Tensor size = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
+  const at::Device wire = world->device();
+  at::Tensor size = at::full({1}, static_cast<int64_t>(bytes.size()), at::TensorOptions().dtype(at::kLong).device(wire));
   world->broadcast(size, 0);
   at::Tensor buf = at::zeros({size.item<int64_t>()}, at::kByte);
   if (world->rank() == 0) std::memcpy(buf.data_ptr(), bytes.data(), bytes.size());
-  world->broadcast(buf, 0);
+  at::Tensor on_wire = buf.to(wire);
+  world->broadcast(on_wire, 0);
+  buf = on_wire.to(at::kCPU);
   bytes.assign(static_cast<const char*>(buf.data_ptr()), static_cast<size_t>(buf.numel()));
 }
 

@@ -1,11 +1,17 @@
 // Single-process jobs: wires tokenizer, data, teacher and the solo student group into the trainer.
 #include "launch/student_job.h"
 
+#include <iostream>
 #include <memory>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/cuda.h>
+
+#include "curriculum/growth_schedule.h"
 #include "data/tokenizer.h"
 #include "launch/input_error.h"
 #include "launch/job_control.h"
+#include "launch/run_device.h"
 #include "model/teacher_stage.h"
 #include "train/shard_batch_source.h"
 #include "train/student_group.h"
@@ -16,13 +22,17 @@ namespace deepen {
 namespace {
 
 int run_job(const Config& cfg, const JobOptions& options, bool distill) {
+  // First, before any heavy work: run.device = "cuda" without a GPU is the user's mistake.
+  const std::string kind = resolve_run_device(cfg.run.device, visible_cuda_devices(), cfg.source);
+  const at::Device device = compute_device(kind, "mpi", 0, 1);
+  if (options.print_progress) std::cerr << "deepen: computing on " << device.str() << "\n";
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(cfg.data.tokenizer);
   const int64_t vocab = student_vocab_size(cfg, *tokenizer);
   std::unique_ptr<LocalTeacher> teacher;
   if (distill) {
     const int64_t layers = check_teacher_checkpoint(cfg, vocab, *tokenizer);
     auto stage = TeacherStage::load(cfg.teacher.checkpoint, 0, static_cast<int>(layers), true, true,
-                                    cfg.teacher.dtype == "bf16" ? at::kBFloat16 : at::kFloat);
+                                    cfg.teacher.dtype == "bf16" ? at::kBFloat16 : at::kFloat, device);
     const DistillLossOptions lo = distill_loss_options(cfg.distill);
     teacher = std::make_unique<LocalTeacher>(stage, cfg.distill.logits == "topk" ? cfg.distill.topk : 0,
                                              cfg.distill.temperature, lo.tail, cfg.distill.vocab_chunk);
@@ -41,9 +51,12 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
   run.teacher = teacher.get();
   run.group = &group;
   run.vocab_size = vocab;
+  run.device = device;
   run.resume = options.resume;
   run.stop_after_steps = options.stop_after_steps;
   run.print_progress = options.print_progress;
+  // Bad budgets fail here, before the control plane writes its secret into run.out_dir.
+  make_growth_schedule(run.cfg);
   // A single process has its control plane too: SIGTERM/SIGUSR1 stop it with a checkpoint, and
   // /metrics serves its progress.
   JobControl control(cfg, 0, 1, {"localhost"}, nullptr, "single process", [] {});
@@ -73,6 +86,16 @@ int64_t check_teacher_checkpoint(const Config& cfg, int64_t vocab, const Tokeniz
                      std::to_string(tc.vocab_size) + " rows, the student " + std::to_string(vocab) + " (" +
                      tok.name() + " tokenizer" + (cfg.student.vocab_size > 0 ? ", student.vocab_size" : ", padded") + ")");
   return tc.num_hidden_layers;
+}
+
+int visible_cuda_devices() { return static_cast<int>(torch::cuda::device_count()); }
+
+at::Device compute_device(const std::string& kind, const std::string& world_backend, int local_rank, int local_size) {
+  if (kind != "cuda") return at::kCPU;
+  const int gpus = visible_cuda_devices();
+  const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(rank_cuda_device(world_backend, local_rank, local_size, gpus)));
+  c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);
+  return device;
 }
 
 int run_pretrain_job(const Config& cfg, const JobOptions& options) { return run_job(cfg, options, false); }

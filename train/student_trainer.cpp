@@ -47,12 +47,14 @@ constexpr const char* kStudentFile = "student.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kProgressFile = "progress.json";
 
-// The config hash a checkpoint must match. [control] and run.threads are left out: they change how
-// a job is watched and scheduled, not what it computes, so a requeued job may change them.
+// The config hash a checkpoint must match. [control], run.threads and run.device are left out: they
+// change how a job is watched, scheduled and placed, not what it computes (a GPU rounds differently,
+// nothing more), so a requeued job may change them.
 uint64_t resume_hash(const Config& cfg) {
   Config c = cfg;
   c.control = ControlConfig{};
   c.run.threads = 0;
+  c.run.device = "auto";
   c.source.clear();
   return config_hash(c);
 }
@@ -73,7 +75,7 @@ struct Progress {
 class Trainer {
  public:
   explicit Trainer(StudentRun& run)
-      : run_(run), cfg_(run.cfg), group_(*run.group), leader_(run.group->rank() == 0) {
+      : run_(run), cfg_(run.cfg), group_(*run.group), leader_(run.group->rank() == 0), device_(run.device) {
     if (!run.batches || !run.group || !run.tokenizer) throw std::invalid_argument("StudentRun: missing parts");
     schedule_ = make_growth_schedule(cfg_);
     lr_ = make_lr_schedule(cfg_.optim, schedule_, cfg_.curriculum.rewarmup_steps);
@@ -103,7 +105,7 @@ class Trainer {
       restore(*resume_from);
     } else {
       student_ = std::make_shared<GrowableStudent>(student_spec_from_config(cfg_.student, run_.vocab_size),
-                                                   schedule_.depths[0], static_cast<uint64_t>(cfg_.run.seed));
+                                                   schedule_.depths[0], static_cast<uint64_t>(cfg_.run.seed), device_);
       register_parameters();
     }
     group_.check_same(student_->parameter_checksum(), "initial student parameters", progress_.steps_done);
@@ -199,6 +201,7 @@ class Trainer {
         {"stage_steps", schedule_.stage_steps},
         {"config_hash", resume_hash(cfg_)},
         {"resumed", resuming},
+        {"device", device_.str()},
     };
     std::ofstream(fs::path(out_dir_) / "run.json") << meta.dump(2) << "\n";
     if (!resuming) std::cout << "# resolved config (" << cfg_.source << ")\n" << resolved << std::flush;
@@ -251,8 +254,9 @@ class Trainer {
     for (int64_t micro = 0; micro < accum; ++micro) {
       const MicroBatch mb = run_.batches->train(step, group_.rank(), micro);
       const TeacherTargets targets = run_.teacher ? run_.teacher->targets(mb) : TeacherTargets::none();
-      const at::Tensor hidden = student_->forward_hidden(mb.inputs);
-      const DistillLoss l = distill_loss(hidden, student_->head_weight(), targets, mb.labels, loss_options_);
+      const at::Tensor hidden = student_->forward_hidden(mb.inputs.to(device_));
+      const DistillLoss l =
+          distill_loss(hidden, student_->head_weight(), targets, mb.labels.to(device_), loss_options_);
       (l.loss / static_cast<double>(accum)).backward();
       const double n = static_cast<double>(l.tokens.item<int64_t>());
       sums[0] += l.loss.item<double>() * n;
@@ -276,9 +280,18 @@ class Trainer {
   }
 
   // Global L2 norm of the (already averaged) gradients; scaled down to grad_clip when above it.
+  // Per-tensor sums of squares stay on the device and come to the host in one copy (one device
+  // synchronization instead of one per parameter); the host adds them in order, as before.
   double clip_gradients(const std::vector<at::Tensor>& grads) {
+    std::vector<at::Tensor> sums;
+    sums.reserve(grads.size());
+    for (const auto& g : grads) sums.push_back(g.to(at::kDouble).pow(2).sum());
     double sq = 0;
-    for (const auto& g : grads) sq += g.to(at::kDouble).pow(2).sum().item<double>();
+    if (!sums.empty()) {
+      const at::Tensor host = at::stack(sums).to(at::kCPU);
+      const double* p = host.data_ptr<double>();
+      for (int64_t i = 0; i < host.numel(); ++i) sq += p[i];
+    }
     const double norm = std::sqrt(sq);
     const double clip = cfg_.optim.grad_clip;
     if (clip > 0 && norm > clip) {
@@ -297,8 +310,9 @@ class Trainer {
       mb.step = step;  // identifies the batch on a logit channel
       mb.student = group_.rank();
       const TeacherTargets targets = run_.teacher ? run_.teacher->targets(mb) : TeacherTargets::none();
-      const at::Tensor hidden = student_->forward_hidden(mb.inputs);
-      const DistillLoss l = distill_loss(hidden, student_->head_weight(), targets, mb.labels, eval_options_);
+      const at::Tensor hidden = student_->forward_hidden(mb.inputs.to(device_));
+      const DistillLoss l =
+          distill_loss(hidden, student_->head_weight(), targets, mb.labels.to(device_), eval_options_);
       const double n = static_cast<double>(l.tokens.item<int64_t>());
       sums[0] += l.kl.item<double>() * n;
       sums[1] += l.ce.item<double>() * n;
@@ -325,8 +339,9 @@ class Trainer {
   void diagnose(int64_t step, int stage, const char* event) {
     at::NoGradGuard no_grad;
     const MicroBatch mb = run_.batches->diagnostic();
+    // Classes stay on the CPU: the diagnostics bring the per-token statistics there to average them.
     const at::Tensor classes = token_classes(mb.inputs);
-    const std::vector<at::Tensor> stream = student_->residual_stream(mb.inputs);
+    const std::vector<at::Tensor> stream = student_->residual_stream(mb.inputs.to(device_));
     const int64_t depth = student_->depth();
     // stream = [entering block 0, ..., entering block depth-1, output of the last block]: the last
     // entry is the boundary representation an appended block would receive.
@@ -384,12 +399,12 @@ class Trainer {
       throw InputError(found.dir + ": written by a different config (hash " + std::to_string(found.config_hash) +
                        ", this config " + std::to_string(resume_hash(cfg_)) +
                        "); resume with the run's own config.toml or use a new run.out_dir");
-    student_ = load_student((fs::path(found.dir) / kStudentFile).string());
+    student_ = load_student((fs::path(found.dir) / kStudentFile).string(), device_);
     register_parameters();
     const SafetensorsFile opt = SafetensorsFile::open((fs::path(found.dir) / kOptimizerFile).string());
     std::map<std::string, at::Tensor> state;
     for (const auto& info : opt.tensors()) state[info.name] = file_tensor(opt, info);
-    optimizer_->load_state(state);
+    optimizer_->load_state(state);  // copies the CPU file tensors into state on the parameters' device
     std::ifstream in(fs::path(found.dir) / kProgressFile);
     const nlohmann::json p = nlohmann::json::parse(in);
     progress_.steps_done = p.at("steps_done").get<int64_t>();
@@ -424,6 +439,7 @@ class Trainer {
   const Config& cfg_;
   StudentGroup& group_;
   bool leader_;
+  at::Device device_;
   std::string out_dir_;
   GrowthSchedule schedule_;
   LrSchedule lr_;

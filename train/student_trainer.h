@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include <c10/core/Device.h>
+
 #include "launch/config.h"
 
 namespace deepen {
@@ -37,6 +39,10 @@ struct StudentRun {
   TeacherSource* teacher = nullptr;      // nullptr: CE-only pretraining (distill.alpha ignored, 0)
   StudentGroup* group = nullptr;
   int64_t vocab_size = 0;                // rows of the student's embedding/head
+  // Where the student, its optimizer state and each micro-batch live (batches are built on the CPU,
+  // where their checksums are taken, and moved here before the forward). The teacher source
+  // returns its targets on this device. Checkpoints are written from CPU copies and loaded here.
+  at::Device device = at::kCPU;
   bool resume = false;                   // continue from the newest valid checkpoint, if any
   // With resume: this checkpoint folder exactly (distributed runs: student 0 picks it for all
   // students); empty: the newest valid one.
