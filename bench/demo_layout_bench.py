@@ -39,7 +39,7 @@ def main():
             "checkpoint.every=0"]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, prefix, threads in (("single process", [], 2), ("1x2+2 under mpirun", ["mpirun", "-np", "4"], 1)):
+        for name, prefix, threads in (("single process", [], 1), ("1x2+2 under mpirun", ["mpirun", "-np", "4"], 1)):
             out = os.path.join(tmp, name.split()[0])
             cmd = prefix + [a.deepen, "train", a.config, "--fresh", "--quiet", "--set", f'run.out_dir="{out}"',
                             "--set", f"run.threads={threads}"]
