@@ -97,7 +97,7 @@ const char* grow_init_name(GrowInit init) {
 
 GrowableStudent::GrowableStudent(const StudentSpec& spec, int64_t depth, uint64_t seed,
                                  at::Device device)
-    : spec_(spec), seed_(seed), device_(device) {
+    : spec_(spec), seed_(seed) {
   validate_decoder_spec(spec_.decoder, "student");
   if (spec_.vocab_size <= 0) throw InputError("student: vocab_size must be positive");
   if (depth < 1 || depth > spec_.max_depth)
@@ -107,24 +107,24 @@ GrowableStudent::GrowableStudent(const StudentSpec& spec, int64_t depth, uint64_
   const auto cpu_f32 = at::TensorOptions().dtype(at::kFloat);
   embed_tokens_ = register_module("embed_tokens", Embedding(spec_.vocab_size, h, cpu_f32));
   init_like_hf(*embed_tokens_, generator_for(seed_, kEmbedTag));
-  embed_tokens_->to(device_, spec_.dtype);
+  embed_tokens_->to(device, spec_.dtype);
   layers_ = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < depth; ++i) layers_->push_back(make_block(i));
   if (spec_.norm == NormPlacement::kPre) {
     norm_ = register_module("norm", RMSNorm(h, spec_.decoder.rms_eps, cpu_f32));
-    norm_->to(device_, spec_.dtype);
+    norm_->to(device, spec_.dtype);
   }
   if (!spec_.tie_embeddings) {
     lm_head_ = register_module("lm_head", Projection(h, spec_.vocab_size, false, cpu_f32));
     init_like_hf(*lm_head_, generator_for(seed_, kHeadTag));
-    lm_head_->to(device_, spec_.dtype);
+    lm_head_->to(device, spec_.dtype);
   }
 }
 
 DecoderBlock GrowableStudent::make_block(int64_t index) const {
   DecoderBlock block(spec_.decoder, spec_.norm, at::TensorOptions().dtype(at::kFloat));
   init_like_hf(*block, generator_for(seed_, kBlockTag + static_cast<uint64_t>(index)));
-  block->to(device_, spec_.dtype);
+  block->to(device(), spec_.dtype);
   return block;
 }
 
@@ -205,11 +205,13 @@ std::vector<std::pair<std::string, at::Tensor>> GrowableStudent::named_trainable
   return out;
 }
 
+at::Device GrowableStudent::device() const { return embed_tokens_->weight.device(); }
+
 Rotary GrowableStudent::rotary(int64_t seq_len) const {
-  return make_rotary(seq_len, spec_.decoder.head_dim, spec_.decoder.rope_theta, spec_.dtype, device_);
+  return make_rotary(seq_len, spec_.decoder.head_dim, spec_.decoder.rope_theta, spec_.dtype, device());
 }
 
-at::Tensor GrowableStudent::embed(const at::Tensor& ids) { return embed_tokens_(ids); }
+at::Tensor GrowableStudent::embed(const at::Tensor& ids) { return embed_tokens_(ids.to(device())); }
 
 at::Tensor GrowableStudent::apply_block(int64_t i, const at::Tensor& x) {
   return block(i)->forward(x, rotary(x.size(1)));

@@ -62,7 +62,8 @@ class GrowableStudent : public torch::nn::Module {
   const StudentSpec& spec() const { return spec_; }
   int64_t depth() const { return static_cast<int64_t>(layers_->size()); }
   uint64_t seed() const { return seed_; }
-  at::Device device() const { return device_; }
+  // Where the parameters live (module->to(device) moves them; new blocks and RoPE tables follow).
+  at::Device device() const;
 
   // Adds blocks until depth() == new_depth (<= max_depth, >= depth()). New blocks are trainable.
   // Throws InputError for a depth out of range or identity init on a post-norm student.
@@ -83,7 +84,8 @@ class GrowableStudent : public torch::nn::Module {
   // Parameters with requires_grad, in named_parameters() order: what the optimizer steps.
   std::vector<std::pair<std::string, at::Tensor>> named_trainable_parameters() const;
 
-  // ids [B, T] int64 -> embedding [B, T, hidden] (the residual stream entering block 0).
+  // ids [B, T] int64 (any device; moved to device()) -> embedding [B, T, hidden] (the residual
+  // stream entering block 0).
   at::Tensor embed(const at::Tensor& ids);
   // Block i (< depth()) on residual input x [B, T, hidden], positions 0..T-1.
   at::Tensor apply_block(int64_t i, const at::Tensor& x);
@@ -102,12 +104,11 @@ class GrowableStudent : public torch::nn::Module {
   DecoderBlock block(int64_t i) const;
 
  private:
-  DecoderBlock make_block(int64_t index) const;  // random init, on device_/dtype
+  DecoderBlock make_block(int64_t index) const;  // random init, on device() and spec dtype
   Rotary rotary(int64_t seq_len) const;
 
   StudentSpec spec_;
   uint64_t seed_;
-  at::Device device_;
   Embedding embed_tokens_{nullptr};
   torch::nn::ModuleList layers_{nullptr};
   RMSNorm norm_{nullptr};           // pre-norm only
