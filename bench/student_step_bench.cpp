@@ -40,6 +40,7 @@ struct Options {
   int64_t threads = 2, batch = 8, seq = 256, steps = 10, warmup = 2, vocab = 256;
   bool baseline = true;
   bool malloc_tuning = true;
+  bool fused = true;
   std::string norm = "pre";
   std::vector<std::string> python_env;
   std::string profile;
@@ -119,6 +120,7 @@ int main(int argc, char** argv) {
   app.add_option("--norm", o.norm, "pre | post (post has no transformers baseline)");
   app.add_option("--python-env", o.python_env, "NAME=VALUE added to the Python baseline's environment");
   app.add_flag("!--no-baseline", o.baseline, "skip the Python run");
+  app.add_flag("!--unfused", o.fused, "run the HF op sequence instead of deepen's fused CPU kernels");
   app.add_option("--profile", o.profile, "write a chrome trace of one deepen step here and stop");
   app.add_flag("!--no-malloc-tuning", o.malloc_tuning,
                "leave glibc malloc's defaults (else: mmap threshold 32 MB, no trimming, as deepen's binary)");
@@ -134,6 +136,7 @@ int main(int argc, char** argv) {
   deepen::StudentSpec spec;
   spec.decoder = deepen::DecoderSpec{.hidden = 256, .heads = 4, .kv_heads = 2, .head_dim = 64,
                                      .intermediate = 768, .rope_theta = 1e6, .rms_eps = 1e-6};
+  spec.decoder.fused_cpu = o.fused;
   spec.vocab_size = o.vocab;
   spec.max_depth = 9;
   spec.norm = deepen::parse_norm_placement(o.norm, "--norm");
@@ -158,9 +161,10 @@ int main(int argc, char** argv) {
 
   std::printf("student: 9 layers, hidden 256, heads 4/2 kv, head_dim 64, intermediate 768, vocab %ld, "
               "tied, %s-norm, fp32; batch %ld x seq %ld = %ld tokens/step; %ld threads; %ld timed steps "
-              "each after %ld warm-up; deepen malloc tuning %s\n",
+              "each after %ld warm-up; deepen malloc tuning %s, fused kernels %s\n",
               long(o.vocab), o.norm.c_str(), long(o.batch), long(o.seq), long(o.batch * o.seq),
-              long(o.threads), long(o.steps), long(o.warmup), o.malloc_tuning ? "on" : "off");
+              long(o.threads), long(o.steps), long(o.warmup), o.malloc_tuning ? "on" : "off",
+              o.fused ? "on" : "off");
   const double first_loss = step();
   for (int64_t i = 1; i < o.warmup; ++i) step();
   if (!o.profile.empty()) {

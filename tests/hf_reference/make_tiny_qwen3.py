@@ -4,8 +4,9 @@
   python3 tests/hf_reference/make_tiny_qwen3.py --out build/hf_fixtures
 
 writes, for each case below, OUT/<case>/{config.json, model.safetensors (or shards + index),
-ids.txt, reference.safetensors}. reference.safetensors holds transformers' fp32 logits "logits.<i>"
-[T_i, vocab] for line i of ids.txt (each line run alone), as `deepen forward` writes them. The tests
+ids.txt, reference.safetensors, reference_bf16.safetensors}. reference.safetensors holds
+transformers' fp32 logits "logits.<i>" [T_i, vocab] for line i of ids.txt (each line run alone), as
+`deepen forward` writes them; reference_bf16 the same with the model in bf16 (stored as F32). The tests
 (tests/torch/qwen3_hf_test.cpp) run this script themselves into the build folder; everything is
 seeded, so the output is the same on every run. Writes into OUT.tmp.<pid> and renames it to OUT,
 so concurrent test processes never see a half-written folder.
@@ -73,6 +74,8 @@ def make_case(out_dir, name, spec, seed):
             f.write(" ".join(map(str, ids)) + "\n")
     from safetensors.torch import save_file
     save_file(run_transformers.reference_logits(d, sequences), os.path.join(d, "reference.safetensors"))
+    save_file(run_transformers.reference_logits(d, sequences, torch.bfloat16),
+              os.path.join(d, "reference_bf16.safetensors"))
 
 
 def main():

@@ -4,7 +4,8 @@
   python3 tests/hf_reference/run_transformers.py --model DIR --ids IDS.txt --out LOGITS.safetensors
 
 IDS.txt: whitespace-separated token ids, one sequence per line. Each line runs alone (batch 1, no
-padding), in fp32 with transformers' default attention; the output holds F32 "logits.<i>" [T_i, vocab].
+padding), in fp32 (or --dtype bf16) with transformers' default attention; the output holds F32
+"logits.<i>" [T_i, vocab].
 Used by make_tiny_qwen3.py (fixtures) and by the export round-trip test.
 """
 import argparse
@@ -19,8 +20,8 @@ def read_ids(path):
         return [[int(w) for w in line.split()] for line in f if line.split()]
 
 
-def reference_logits(model_dir, sequences):
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+def reference_logits(model_dir, sequences, dtype=torch.float32):
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
     model.eval()
     out = {}
     with torch.no_grad():
@@ -35,9 +36,11 @@ def main():
     p.add_argument("--model", required=True)
     p.add_argument("--ids", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     a = p.parse_args()
     torch.set_num_threads(1)
-    save_file(reference_logits(a.model, read_ids(a.ids)), a.out)
+    dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    save_file(reference_logits(a.model, read_ids(a.ids), dtype), a.out)
 
 
 if __name__ == "__main__":

@@ -34,16 +34,21 @@ TEST_P(TinyQwen3, WholeModelLogitsMatchTransformersWithin1e4) {
   }
 }
 
-TEST_P(TinyQwen3, Bf16LogitsStayCloseToFp32Reference) {
+// bf16 is where the order of RMSNorm's cast and weight multiply (and RoPE's cos/sin cast) shows:
+// deepen in bf16 must track transformers in bf16, far closer than either is to fp32.
+TEST_P(TinyQwen3, Bf16LogitsMatchTransformersInBf16) {
   const auto ids = test::read_ids(dir() + "/ids.txt");
   const auto reference = test::read_logits(dir() + "/reference.safetensors");
+  const auto reference_bf16 = test::read_logits(dir() + "/reference_bf16.safetensors");
   const int layers = static_cast<int>(read_qwen3_config(dir() + "/config.json").num_hidden_layers);
   TeacherStage model(dir(), 0, layers, true, true, at::kBFloat16);
   for (size_t i = 0; i < ids.size(); ++i) {
     const at::Tensor logits = model.forward(ids[i])[0];
     EXPECT_EQ(logits.scalar_type(), at::kBFloat16);
-    // bf16 keeps 8 bits of mantissa: a few percent of the logits' spread.
-    EXPECT_LT(max_abs_diff(logits, reference[i]), 0.1 * reference[i].abs().max().item<double>());
+    const double bf16_gap = max_abs_diff(reference_bf16[i], reference[i]);  // ~0.02-0.13 here
+    EXPECT_GT(bf16_gap, 0.01);
+    // Observed: bit-identical. Allow a tenth of the bf16-vs-fp32 gap for other CPUs' kernels.
+    EXPECT_LE(max_abs_diff(logits, reference_bf16[i]), 0.1 * bf16_gap) << GetParam() << " line " << i;
   }
 }
 
