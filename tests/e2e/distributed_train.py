@@ -18,15 +18,19 @@ Cases:
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
+# CPU and MPI pinned: these runs are compared bit for bit, and on a one-GPU machine "auto" would
+# put several ranks on the same GPU.
 BASE = """
 [run]
 threads = 1
+device = "cpu"
 [data]
 tokenizer = "bytes"
 train = "{work}/data/train"
@@ -63,6 +67,7 @@ every = 2
 TEACHER = """
 [run]
 threads = 1
+device = "cpu"
 out_dir = "{work}/teacher"
 [data]
 tokenizer = "bytes"
@@ -141,6 +146,7 @@ class Cases:
         print(f"{what}: 9 steps (depth 1 -> 3), {len(ea)} evals, worst relative difference {worst:.2e} (tolerance {tol})")
 
     def setup(self):
+        shutil.rmtree(self.work, ignore_errors=True)  # a rerun starts from a clean fixture
         os.makedirs(self.work, exist_ok=True)
         with open(os.path.join(self.work, "prep.toml"), "w") as f:
             f.write(f'[data]\ntokenizer = "bytes"\nsources = ["/usr/share/common-licenses"]\n'
