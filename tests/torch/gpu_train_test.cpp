@@ -24,6 +24,7 @@
 #include "tests/test_paths.h"
 #include "train/adamw.h"
 #include "train/distill_loss.h"
+#include "tests/torch/tiny_world.h"
 
 namespace deepen {
 namespace {
@@ -37,94 +38,8 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
   return max_abs(a.to(at::kCPU, at::kDouble) - b.to(at::kCPU, at::kDouble));
 }
 
-const char* kStudentShape = R"(
-[student]
-layers = 3
-hidden = 32
-heads = 4
-kv_heads = 2
-head_dim = 8
-intermediate = 64
-)";
-
-// Byte-tokenized synthetic shards and a random 2-layer pre-norm Qwen3 teacher exported as a Hugging
-// Face folder, in a fresh temporary folder per test.
-class GpuWorld {
- public:
-  GpuWorld() {
-    root_ = fs::temp_directory_path() / ("deepen_gpu_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_ / "train");
-    fs::create_directories(root_ / "valid");
-    auto tok = make_tokenizer("bytes");
-    write_split(*tok, root_ / "train" / "00000.bin", 1, 20000);
-    write_split(*tok, root_ / "valid" / "00000.bin", 2, 4000);
-    const Config tcfg = parse_config(std::string(kStudentShape) + "[curriculum]\nmode = \"joint\"\nstages = [2]\n",
-                                     "teacher", {"student.layers=2"});
-    GrowableStudent teacher(student_spec_from_config(tcfg.student, tok->padded_vocab_size()), 2, 99);
-    export_student_hf(teacher, teacher_dir());
-  }
-  ~GpuWorld() { fs::remove_all(root_); }
-  GpuWorld(const GpuWorld&) = delete;
-  GpuWorld& operator=(const GpuWorld&) = delete;
-
-  std::string teacher_dir() const { return (root_ / "teacher").string(); }
-  fs::path dir(const std::string& name) const { return root_ / name; }
-
-  // A 3-stage grow run (1, 2, 3 blocks, 3 steps each), evals, diagnostics, checkpoints every 2 steps.
-  std::string toml(const std::string& name, const std::string& device) const {
-    return R"(
-[run]
-threads = 1
-name = ")" + name + R"("
-out_dir = ")" + dir(name).string() + R"("
-device = ")" + device + R"("
-[data]
-tokenizer = "bytes"
-seq_len = 32
-train = ")" + (root_ / "train").string() + R"("
-valid = ")" + (root_ / "valid").string() + R"("
-[teacher]
-checkpoint = ")" + teacher_dir() + R"("
-)" + kStudentShape + R"(
-[curriculum]
-mode = "grow"
-stages = [1, 2, 3]
-stage_steps = [3, 3, 3]
-[optim]
-lr = 3e-3
-warmup_steps = 2
-[parallel]
-micro_batch = 2
-grad_accum = 2
-[eval]
-every = 4
-batches = 2
-diagnostics_every = 4
-diagnostic_batch = 2
-[checkpoint]
-every = 2
-keep = 10
-)";
-  }
-  Config config(const std::string& name, const std::string& device) const {
-    return parse_config(toml(name, device), name + ".toml");
-  }
-
- private:
-  static void write_split(const Tokenizer& tok, const fs::path& path, unsigned seed, size_t bytes) {
-    const char* words[] = {"the", "growth", "of", "a", "student", "follows", "teacher", "norm", "block", "layer"};
-    std::mt19937 gen(seed);
-    std::string text;
-    while (text.size() < bytes) {
-      text += words[gen() % 10];
-      text += (gen() % 7 == 0) ? ".\n" : " ";
-    }
-    write_shard(path.string(), tok.encode(text), static_cast<uint64_t>(tok.vocab_size()), tok.fingerprint());
-  }
-  fs::path root_;
-};
+using GpuWorld = test::TinyWorld;
+using test::kTinyStudentShape;
 
 JobOptions quiet() {
   JobOptions o;
@@ -140,7 +55,7 @@ TEST(RunDeviceJob, CudaWithoutAGpuFailsBeforeAnythingIsWrittenNamingRunDevice) {
   if (have_cuda()) GTEST_SKIP() << "a CUDA device is visible: run.device = \"cuda\" is valid here";
   GpuWorld world;
   try {
-    run_train_job(world.config("cuda", "cuda"), quiet());
+    run_train_job(world.config("cuda", {}, "cuda"), quiet());
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("cuda.toml: run.device"), std::string::npos) << e.what();
@@ -186,7 +101,7 @@ TEST(GpuTeacherStage, LogitsMatchTheCpuWithinFp32AndBf16Tolerance) {
 
 TEST(GpuStudent, OneTrainingStepMatchesTheCpu) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
-  const Config cfg = parse_config(std::string(kStudentShape) + "[curriculum]\nmode = \"joint\"\nstages = [3]\n", "s");
+  const Config cfg = parse_config(std::string(kTinyStudentShape) + "[curriculum]\nmode = \"joint\"\nstages = [3]\n", "s");
   const StudentSpec spec = student_spec_from_config(cfg.student, 256);
   const at::Tensor ids = at::randint(0, 256, {2, 16}, at::kLong);
   const at::Tensor labels = at::randint(0, 256, {2, 16}, at::kLong);
@@ -228,8 +143,8 @@ TEST(GpuStudent, OneTrainingStepMatchesTheCpu) {
 TEST(GpuTrainJob, TinyGrowRunOnCudaFinishesTracksTheCpuAndResumes) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   GpuWorld world;
-  ASSERT_EQ(run_train_job(world.config("cpu", "cpu"), quiet()), kExitOk);
-  ASSERT_EQ(run_train_job(world.config("gpu", "cuda"), quiet()), kExitOk);
+  ASSERT_EQ(run_train_job(world.config("cpu", {}, "cpu"), quiet()), kExitOk);
+  ASSERT_EQ(run_train_job(world.config("gpu", {}, "cuda"), quiet()), kExitOk);
   const auto cpu = metrics_of(world.dir("cpu"));
   const auto gpu = metrics_of(world.dir("gpu"));
   ASSERT_EQ(gpu.size(), 9u);
@@ -255,8 +170,8 @@ TEST(GpuTrainJob, TinyGrowRunOnCudaFinishesTracksTheCpuAndResumes) {
   // reorder sums, so within rounding rather than bit for bit).
   JobOptions stop = quiet();
   stop.stop_after_steps = 2;
-  ASSERT_EQ(run_train_job(world.config("split", "cuda"), stop), kExitRequeue);
-  ASSERT_EQ(run_train_job(world.config("split", "cuda"), quiet()), kExitOk);
+  ASSERT_EQ(run_train_job(world.config("split", {}, "cuda"), stop), kExitRequeue);
+  ASSERT_EQ(run_train_job(world.config("split", {}, "cuda"), quiet()), kExitOk);
   const auto split = metrics_of(world.dir("split"));
   ASSERT_EQ(split.size(), gpu.size());
   for (size_t i = 0; i < gpu.size(); ++i) {

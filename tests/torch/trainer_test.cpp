@@ -17,105 +17,13 @@
 #include "launch/student_job.h"
 #include "model/student.h"
 #include "model/student_io.h"
+#include "tests/torch/tiny_world.h"
 
 namespace deepen {
 namespace {
 namespace fs = std::filesystem;
 
-// A tiny world: byte-tokenized synthetic text in shards, and a random pre-norm Qwen3 teacher
-// exported as a Hugging Face folder (what `deepen pretrain` would leave behind).
-class TinyWorld {
- public:
-  TinyWorld() {
-    root_ = fs::temp_directory_path() /
-            ("deepen_trainer_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_ / "train");
-    fs::create_directories(root_ / "valid");
-    auto tok = make_tokenizer("bytes");
-    write_split(*tok, root_ / "train" / "00000.bin", 1, 20000);
-    write_split(*tok, root_ / "valid" / "00000.bin", 2, 4000);
-    Config tcfg = parse_config(R"(
-[student]
-layers = 2
-hidden = 32
-heads = 4
-kv_heads = 2
-head_dim = 8
-intermediate = 64
-[curriculum]
-mode = "joint"
-stage_steps = [1]
-)", "teacher");
-    GrowableStudent teacher(student_spec_from_config(tcfg.student, tok->padded_vocab_size()), 2, 99);
-    export_student_hf(teacher, (root_ / "teacher").string());
-  }
-  ~TinyWorld() { fs::remove_all(root_); }
-
-  Config config(const std::string& name, std::vector<std::string> sets = {}) const {
-    // CPU pinned: the exact-resume and equality checks hold for CPU kernels (some GPU reductions
-    // add in varying order); GPU runs have their own tests (gpu_*_test.cpp).
-    const std::string text = R"(
-[run]
-threads = 1
-device = "cpu"
-[data]
-tokenizer = "bytes"
-seq_len = 32
-[teacher]
-checkpoint = ")" + (root_ / "teacher").string() + R"("
-[student]
-layers = 3
-hidden = 32
-heads = 4
-kv_heads = 2
-head_dim = 8
-intermediate = 64
-norm = "pre"
-[curriculum]
-mode = "grow"
-stages = [1, 2, 3]
-stage_steps = [3, 3, 3]
-[optim]
-lr = 3e-3
-warmup_steps = 2
-[parallel]
-micro_batch = 2
-grad_accum = 2
-[eval]
-every = 4
-batches = 2
-diagnostics_every = 4
-diagnostic_batch = 2
-[checkpoint]
-every = 2
-keep = 10
-)";
-    sets.push_back("data.train=\"" + (root_ / "train").string() + "\"");
-    sets.push_back("data.valid=\"" + (root_ / "valid").string() + "\"");
-    sets.push_back("run.out_dir=\"" + (root_ / name).string() + "\"");
-    sets.push_back("run.name=\"" + name + "\"");
-    return parse_config(text, name + ".toml", sets);
-  }
-
-  fs::path dir(const std::string& name) const { return root_ / name; }
-
- private:
-  // Sentences with structure (so a model can learn something) from a seeded generator.
-  static void write_split(const Tokenizer& tok, const fs::path& path, unsigned seed, size_t bytes) {
-    const char* words[] = {"the", "growth", "of", "a", "student", "follows", "teacher", "norm", "block", "layer"};
-    std::mt19937 gen(seed);
-    std::string text;
-    while (text.size() < bytes) {
-      text += words[gen() % 10];
-      text += (gen() % 7 == 0) ? ".\n" : " ";
-    }
-    write_shard(path.string(), tok.encode(text), static_cast<uint64_t>(tok.vocab_size()), tok.fingerprint());
-  }
-
-  fs::path root_;
-};
+using test::TinyWorld;
 
 JobOptions quiet() {
   JobOptions o;
