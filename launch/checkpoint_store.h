@@ -12,7 +12,7 @@ namespace deepen {
 // Layout under <run dir>/checkpoints/:
 //   step_00000120/            one finished checkpoint: payload files + MANIFEST.json (written last)
 //   step_00000180.tmp-<pid>/  being written; never read; removed on failure or by the next save
-// MANIFEST.json lists every payload file with its size and FNV-1a 64 checksum, plus the step and
+// MANIFEST.json lists every payload file with its size and hash64 checksum (data/hash.h), plus the step and
 // the config hash. A checkpoint is valid only if the manifest parses and every file matches it, so
 // a crash mid-write, a truncated file or a flipped bit all read as "invalid", never as data.
 class CheckpointStore {
@@ -56,7 +56,7 @@ class CheckpointStore {
 // "step_00000120": the folder name of the checkpoint taken after step 120.
 std::string checkpoint_folder_name(int64_t step);
 
-// FNV-1a 64 of a file's bytes (the manifest's checksum); throws std::runtime_error naming the path.
+// hash64 of a file's bytes (the manifest's checksum); throws std::runtime_error naming the path.
 uint64_t file_checksum(const std::string& path);
 
 }  // namespace deepen

@@ -9,6 +9,7 @@
 
 #include <toml++/toml.h>
 
+#include "data/hash.h"
 #include "launch/input_error.h"
 
 namespace deepen {
@@ -413,13 +414,6 @@ std::string to_toml(const Config& cfg) {
   return out.str();
 }
 
-uint64_t config_hash(const Config& cfg) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : to_toml(cfg)) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+uint64_t config_hash(const Config& cfg) { return hash64(to_toml(cfg)); }
 
 }  // namespace deepen

@@ -195,7 +195,7 @@ std::string to_toml(const Config& cfg);
 // "50M" -> 50'000'000, "2.5B" -> 2'500'000'000, "1234" -> 1234, "1.5K"; throws std::invalid_argument.
 int64_t parse_count(const std::string& text);
 
-// A stable hash of the resolved config (FNV-1a of to_toml), saved with checkpoints.
+// A stable hash of the resolved config (hash64 of to_toml), saved with checkpoints.
 uint64_t config_hash(const Config& cfg);
 
 }  // namespace deepen

@@ -22,7 +22,7 @@ struct MicroBatch {
   uint64_t checksum = 0;  // ids_checksum(inputs)
 };
 
-// FNV-1a 64 over the int64 ids of a contiguous CPU tensor: what a logit channel checks.
+// hash64 (data/hash.h) of the int64 ids, moved to a contiguous CPU tensor: what a logit channel checks.
 uint64_t ids_checksum(const at::Tensor& ids);
 
 }  // namespace deepen

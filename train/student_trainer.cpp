@@ -13,6 +13,7 @@
 #include "curriculum/boundary_diagnostics.h"
 #include "curriculum/growth_schedule.h"
 #include "curriculum/lr_schedule.h"
+#include "data/hash.h"
 #include "data/tokenizer.h"
 #include "launch/checkpoint_store.h"
 #include "launch/compute_threads.h"
@@ -35,10 +36,7 @@ using Clock = std::chrono::steady_clock;
 
 uint64_t ids_checksum(const at::Tensor& ids) {
   const at::Tensor c = ids.to(at::kCPU, at::kLong).contiguous();
-  const int64_t* p = c.data_ptr<int64_t>();
-  uint64_t h = 1469598103934665603ull;
-  for (int64_t i = 0; i < c.numel(); ++i) h = (h ^ static_cast<uint64_t>(p[i])) * 1099511628211ull;
-  return h ^ static_cast<uint64_t>(c.numel());
+  return hash64(c.data_ptr(), c.nbytes(), 0x746f6b656e73ULL);
 }
 
 namespace {
