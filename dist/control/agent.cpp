@@ -7,45 +7,33 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
-#include <deque>
 #include <iostream>
 #include <mutex>
 #include <thread>
 
 #include <boost/asio.hpp>
 
+#include "dist/control/clock.h"
+#include "dist/control/framed_connection.h"
 #include "dist/control/sha256.h"
 
 namespace deepen::control {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
 using boost::system::error_code;
 
-namespace {
-
-Clock::duration from_seconds(double s) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::max(s, 0.0)));
-}
-
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
-  return buf;
-}
-
-}  // namespace
-
 // Handlers capture `this`: the io thread is joined before Impl is destroyed, and a shared_ptr in a
-// pending handler would keep Impl (which owns the io_context) alive forever.
+// pending handler would keep Impl (which owns the io_context) alive forever. The connection's own
+// pending handlers hold only the connection; its callbacks never run once the io thread is joined.
 struct Agent::Impl {
   enum class Link { kIdle, kConnecting, kHandshake, kReady, kClosed };
 
   AgentOptions opt;
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
-  tcp::socket socket{io};
+  tcp::socket socket{io};                  // while connecting; then moved into `conn`
+  std::shared_ptr<FramedConnection> conn;  // from the TCP connect on
   asio::steady_timer heartbeat_timer{io};
   asio::steady_timer silence_timer{io};
   asio::steady_timer retry_timer{io};
@@ -60,10 +48,6 @@ struct Agent::Impl {
   Clock::time_point last_heard;
   double retry_s = 0.05;
   std::string last_connect_error;
-  std::array<uint8_t, 4> prefix{};
-  std::vector<uint8_t> body;
-  std::deque<std::vector<uint8_t>> queue;
-  bool writing = false;
   bool leaving = false;               // our own shutdown(): closing is no failure
   bool coordinator_said_shutdown = false;
   Nonce nonce{};
@@ -88,7 +72,8 @@ struct Agent::Impl {
   bool flushed = false;
 
   explicit Impl(AgentOptions o) : opt(std::move(o)) {
-    if (opt.host.empty()) opt.host = host_name();
+    check_send_queue_bound(opt.max_send_queue_bytes);
+    if (opt.host.empty()) opt.host = this_host_name();
     if (!opt.log) {
       const std::string prefix = "deepen control[rank " + std::to_string(opt.rank) + "]: ";
       opt.log = [prefix](const std::string& line) { std::cerr << prefix + line << std::endl; };
@@ -115,14 +100,14 @@ struct Agent::Impl {
         self->retry_or_fail(ec.message());
         return;
       }
-      error_code ignore;
-      self->socket.set_option(tcp::no_delay(true), ignore);
       self->link = Link::kHandshake;
       self->handshake_timer.expires_after(from_seconds(std::min(10.0, self->opt.watchdog_s)));
       self->handshake_timer.async_wait([self](const error_code& ec) {
         if (!ec && self->link == Link::kHandshake) self->fail_connect("no handshake from the coordinator in time");
       });
-      self->read_prefix();
+      self->conn = std::make_shared<FramedConnection>(std::move(self->socket), self->opt.max_send_queue_bytes);
+      self->conn->start([self](Message m) { self->handle(std::move(m)); },
+                        [self](CloseCause cause, const std::string& why) { self->closed(cause, why); });
     });
   }
 
@@ -147,6 +132,7 @@ struct Agent::Impl {
     link = Link::kClosed;
     error_code ignore;
     socket.close(ignore);
+    if (conn) conn->close();
     handshake_timer.cancel();
     {
       std::lock_guard lock(mu);
@@ -158,6 +144,7 @@ struct Agent::Impl {
 
   void became_ready() {
     link = Link::kReady;
+    conn->allow_full_frames();
     handshake_timer.cancel();
     last_heard = Clock::now();
     {
@@ -174,36 +161,11 @@ struct Agent::Impl {
 
   // ---- frames -------------------------------------------------------------------------------
   void send(const Message& m) {
-    if (link == Link::kClosed) return;
-    queue.push_back(encode_frame(m));
-    if (!writing) write_next();
-  }
-
-  void write_next() {
-    if (queue.empty()) {
-      writing = false;
-      if (leaving) finish_leaving();
-      return;
-    }
-    writing = true;
-    Impl* self = this;
-    asio::async_write(socket, asio::buffer(queue.front()), [self](const error_code& ec, size_t) {
-      self->queue.pop_front();
-      if (ec) {
-        self->writing = false;
-        self->queue.clear();
-        if (self->leaving) self->finish_leaving();
-        else self->link_lost(ec.message());
-        return;
-      }
-      self->write_next();
-    });
+    if (link != Link::kClosed && conn) conn->send(m);
   }
 
   void finish_leaving() {
-    error_code ignore;
-    socket.shutdown(tcp::socket::shutdown_both, ignore);
-    socket.close(ignore);
+    if (conn) conn->close();
     link = Link::kClosed;
     {
       std::lock_guard lock(mu);
@@ -212,56 +174,29 @@ struct Agent::Impl {
     cv.notify_all();
   }
 
-  void read_prefix() {
-    Impl* self = this;
-    asio::async_read(socket, asio::buffer(prefix), [self](const error_code& ec, size_t) {
-      if (ec) {
-        self->read_failed(ec);
-        return;
+  // The connection closed by itself: the coordinator went away, broke the protocol, or stopped
+  // reading (the send-queue bound, see framed_connection.h).
+  void closed(CloseCause cause, const std::string& why) {
+    if (leaving) {  // our Bye is out, or cannot go out any more: either way we are done
+      finish_leaving();
+    } else if (link == Link::kHandshake) {
+      const bool peer_closed = cause == CloseCause::kPeerClosed || cause == CloseCause::kReadFailed;
+      if (cause == CloseCause::kProtocolError) {
+        fail_connect("protocol error during the handshake: " + why);
+      } else if (peer_closed && auth_sent) {
+        fail_connect("closed the connection during the handshake: wrong job secret, rank already connected, "
+                     "or world size mismatch (the coordinator's log says which)");
+      } else {
+        fail_connect((peer_closed ? "closed the connection before the handshake: " : "during the handshake: ") + why);
       }
-      uint32_t n = 0;
-      try {
-        n = read_frame_length(self->prefix, self->link == Link::kReady ? kMaxFrameBytes : kMaxHandshakeBytes);
-      } catch (const ProtocolError& e) {
-        self->bad_frame(e.what());
-        return;
-      }
-      self->body.resize(n);
-      asio::async_read(self->socket, asio::buffer(self->body), [self](const error_code& ec, size_t) {
-        if (ec) {
-          self->read_failed(ec);
-          return;
-        }
-        Message m;
-        try {
-          m = decode(self->body);
-        } catch (const ProtocolError& e) {
-          self->bad_frame(e.what());
-          return;
-        }
-        if (self->handle(std::move(m))) self->read_prefix();
-      });
-    });
-  }
-
-  void read_failed(const error_code& ec) {
-    if (link == Link::kHandshake) {
-      fail_connect(auth_sent ? "closed the connection during the handshake: wrong job secret, rank "
-                               "already connected, or world size mismatch (the coordinator's log "
-                               "says which)"
-                             : "closed the connection before the handshake: " + ec.message());
     } else if (link == Link::kReady) {
-      link_lost(ec == asio::error::eof ? "connection closed" : ec.message());
+      if (cause == CloseCause::kProtocolError) link_lost("protocol error: " + why);
+      else if (cause == CloseCause::kSendQueueFull) link_lost(why, "it is frozen or overloaded");
+      else link_lost(why);
     }
   }
 
-  void bad_frame(const std::string& what) {
-    if (link == Link::kHandshake) fail_connect("protocol error during the handshake: " + what);
-    else link_lost("protocol error: " + what);
-  }
-
-  // Returns true to keep reading.
-  bool handle(Message m) {
+  void handle(Message m) {
     if (link == Link::kHandshake) {
       if (!auth_sent) {
         auto* challenge = std::get_if<Challenge>(&m);
@@ -269,7 +204,7 @@ struct Agent::Impl {
           fail_connect(challenge ? "protocol version " + std::to_string(challenge->version) +
                                        " differs from ours (" + std::to_string(kProtocolVersion) + ")"
                                  : std::string("expected Challenge, got ") + message_name(m));
-          return false;
+          return;
         }
         server_nonce = challenge->nonce;
         nonce = random_nonce();
@@ -277,16 +212,16 @@ struct Agent::Impl {
         auth.mac = agent_mac(opt.secret, server_nonce, auth);
         auth_sent = true;
         send(auth);
-        return true;
+        return;
       }
       auto* ok = std::get_if<AuthOk>(&m);
       if (!ok || !digest_equal(ok->mac, coordinator_mac(opt.secret, server_nonce, nonce, opt.rank))) {
         fail_connect(ok ? "the coordinator failed to prove it knows the job secret (another job's?)"
                         : std::string("expected AuthOk, got ") + message_name(m));
-        return false;
+        return;
       }
       became_ready();
-      return true;
+      return;
     }
     last_heard = Clock::now();
     if (auto* ping = std::get_if<Ping>(&m)) {
@@ -315,16 +250,13 @@ struct Agent::Impl {
       coordinator_said_shutdown = true;
     } else {
       link_lost(std::string("unexpected ") + message_name(m) + " from the coordinator");
-      return false;
     }
-    return true;
   }
 
-  void link_lost(const std::string& why) {
+  void link_lost(const std::string& why, const std::string& likely = "its process died or its node failed") {
     if (link == Link::kClosed) return;
     link = Link::kClosed;
-    error_code ignore;
-    socket.close(ignore);
+    conn->close();
     heartbeat_timer.cancel();
     silence_timer.cancel();
     {
@@ -338,7 +270,7 @@ struct Agent::Impl {
       return;
     }
     do_abort(lost_coordinator("lost the control connection to the coordinator at " + endpoint.str() +
-                              " (" + why + "); its process died or its node failed"));
+                              " (" + why + "); " + likely));
   }
 
   AbortInfo lost_coordinator(const std::string& what) const {
@@ -410,8 +342,9 @@ struct Agent::Impl {
 
   void request_stop_io(const std::string& reason) {
     log("stop requested: " + reason);
-    if (link == Link::kReady) send(StopRequest{reason});
-    else early_stop_requests.push_back(reason);
+    const std::string sent = reason.substr(0, kMaxStringBytes);  // the wire's bound; the log has it all
+    if (link == Link::kReady) send(StopRequest{sent});
+    else early_stop_requests.push_back(sent);
   }
 
   // ---- abort --------------------------------------------------------------------------------
@@ -451,6 +384,7 @@ Agent::~Agent() {
   im.thread.join();
   error_code ignore;
   im.socket.close(ignore);
+  if (im.conn) im.conn->close();
 }
 
 void Agent::connect(const Endpoint& coordinator) {
@@ -526,6 +460,7 @@ void Agent::shutdown(int exit_code, const std::string& message) {
     if (im.link == Impl::Link::kReady) {
       im.send_heartbeat();  // the coordinator's last view is the final step, not one a beat old
       im.send(Bye{exit_code, message.substr(0, kMaxStringBytes)});
+      im.conn->close_after_flush();  // then closed(): finish_leaving
     } else {
       im.finish_leaving();
     }

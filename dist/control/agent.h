@@ -33,6 +33,9 @@ struct AgentOptions {
   double watchdog_s = 120;          // the coordinator silent this long counts as lost
   double connect_timeout_s = 120;   // keep retrying a refused connect this long (it may start later)
   bool handle_signals = false;      // SIGTERM and SIGUSR1 request a coordinated stop
+  // Bytes waiting to be sent once the kernel's buffers are full; past it the coordinator counts as
+  // having stopped reading and the job aborts (the policy: dist/control/framed_connection.h).
+  size_t max_send_queue_bytes = kDefaultMaxSendQueueBytes;
   // Called once, on the agent's thread, when the job aborts (the watchdog fired, the coordinator
   // was lost). Abort the communicators here (ncclCommAbort, MPI_Abort): the trainer thread may be
   // stuck in a collective that only that can release. Must be thread-safe with the trainer.

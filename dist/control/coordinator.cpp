@@ -1,12 +1,9 @@
 // Coordinator: Asio server for agents (handshake, heartbeats, stop, watchdog) and for /metrics.
 #include "dist/control/coordinator.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <iostream>
 #include <mutex>
 #include <set>
@@ -14,24 +11,17 @@
 
 #include <boost/asio.hpp>
 
+#include "dist/control/clock.h"
+#include "dist/control/framed_connection.h"
 #include "dist/control/sha256.h"
 
 namespace deepen::control {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
 using boost::system::error_code;
 
 namespace {
-
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-Clock::duration from_seconds(double s) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::max(s, 0.0)));
-}
 
 // Listening socket on `host:port`; `host` is an address or a name to resolve.
 tcp::acceptor make_acceptor(asio::io_context& io, const std::string& host, uint16_t port,
@@ -61,10 +51,11 @@ tcp::acceptor make_acceptor(asio::io_context& io, const std::string& host, uint1
   return acceptor;
 }
 
-std::string this_host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
-  return buf;
+// The Abort frame for `info`. The message quotes a rank's host, role and Bye text, each up to the
+// wire's string bound, so it can exceed that bound itself: it is cut, not refused, or the abort
+// would never leave (and encode() would throw on the io thread).
+Abort abort_frame(const AbortInfo& info) {
+  return Abort{info.rank, info.host.substr(0, kMaxStringBytes), info.step, info.message.substr(0, kMaxStringBytes)};
 }
 
 }  // namespace
@@ -121,6 +112,7 @@ struct Coordinator::Impl : std::enable_shared_from_this<Coordinator::Impl> {
 
   explicit Impl(CoordinatorOptions o) : opt(std::move(o)) {
     if (opt.world < 1) throw std::invalid_argument("Coordinator: world must be >= 1");
+    check_send_queue_bound(opt.max_send_queue_bytes);
     if (opt.connect_timeout_s <= 0) opt.connect_timeout_s = opt.watchdog_s;
     if (!opt.log) opt.log = [](const std::string& line) { std::cerr << line << std::endl; };
     slots.resize(size_t(opt.world));
@@ -158,7 +150,8 @@ struct Coordinator::Impl : std::enable_shared_from_this<Coordinator::Impl> {
   void maybe_decide_stop();
   void broadcast(const Message& m);
   std::vector<RankView> snapshot_locked(Clock::time_point now) const;
-  void on_session_closed(AgentSession& s, bool authed, int rank, bool said_bye);
+  // `dropped_why`: the coordinator dropped an authenticated rank for not reading; empty otherwise.
+  void on_session_closed(AgentSession& s, bool authed, int rank, bool said_bye, const std::string& dropped_why);
   std::string public_render() const;
 };
 
@@ -166,121 +159,71 @@ struct Coordinator::Impl : std::enable_shared_from_this<Coordinator::Impl> {
 class AgentSession : public std::enable_shared_from_this<AgentSession> {
  public:
   AgentSession(Coordinator::Impl& owner, tcp::socket socket)
-      : owner_(owner), socket_(std::move(socket)), auth_timer_(owner.io) {
-    error_code ec;
-    const auto remote = socket_.remote_endpoint(ec);
-    remote_ = ec ? "?" : remote.address().to_string() + ":" + std::to_string(remote.port());
-  }
+      : owner_(owner),
+        conn_(std::make_shared<FramedConnection>(std::move(socket), owner.opt.max_send_queue_bytes)),
+        auth_timer_(owner.io) {}
 
   void start() {
     ++owner_.live_sessions;
     server_nonce_ = random_nonce();
+    // Weak: the connection's pending reads must not keep a session alive that the owner dropped.
+    conn_->start(
+        [weak = weak_from_this()](Message m) {
+          if (auto self = weak.lock()) self->dispatch(std::move(m));
+        },
+        [weak = weak_from_this()](CloseCause cause, const std::string& why) {
+          if (auto self = weak.lock()) self->connection_closed(cause, why);
+        });
     send(Challenge{kProtocolVersion, server_nonce_});
     auto self = shared_from_this();
     auth_timer_.expires_after(from_seconds(owner_.opt.auth_timeout_s));
     auth_timer_.async_wait([self](const error_code& ec) {
-      if (ec || self->authed_ || self->closed_) return;
+      if (ec || self->authed_ || self->done_) return;
       {
         std::lock_guard lock(self->owner_.mu);
         ++self->owner_.counters.timed_out;
       }
       self->close("no handshake within control auth timeout");
     });
-    read_prefix();
   }
 
-  void send(const Message& m) {
-    if (closed_) return;
-    std::vector<uint8_t> frame = encode_frame(m);
-    if (queued_bytes_ + frame.size() > owner_.opt.max_send_queue_bytes) {
-      close("send queue over " + std::to_string(owner_.opt.max_send_queue_bytes) + " bytes: peer stopped reading");
-      return;
-    }
-    queued_bytes_ += frame.size();
-    queue_.push_back(std::move(frame));
-    if (!writing_) write_next();
-  }
+  void send(const Message& m) { conn_->send(m); }
 
   // Shutdown: flush what is queued, then close without counting it as a lost rank.
   void close_after_flush() {
     leaving_ = true;
-    if (!writing_) close("coordinator shutting down");
+    conn_->close_after_flush();
   }
 
   void close(const std::string& why) {
-    if (closed_) return;
-    closed_ = true;
-    error_code ec;
-    auth_timer_.cancel();
-    socket_.shutdown(tcp::socket::shutdown_both, ec);
-    socket_.close(ec);
-    --owner_.live_sessions;
-    if (!authed_ && !why.empty()) owner_.log_limited("closed unauthenticated connection from " + remote_ + ": " + why);
-    owner_.on_session_closed(*this, authed_, rank_, said_bye_ || leaving_);
+    conn_->close();
+    finish(why);
   }
 
   bool authed() const { return authed_; }
   int rank() const { return rank_; }
 
  private:
-  void write_next() {
-    if (queue_.empty() || closed_) {
-      writing_ = false;
-      if (leaving_) close("");
-      return;
+  void connection_closed(CloseCause cause, const std::string& why) {
+    if (cause == CloseCause::kProtocolError) {
+      protocol_error(why);
+    } else if (cause == CloseCause::kSendQueueFull && authed_ && !said_bye_ && !leaving_) {
+      owner_.log("dropping rank " + std::to_string(rank_) + ": " + why);
+      finish(why, why + "; the process is frozen or overloaded");
+    } else {
+      finish(why);
     }
-    writing_ = true;
-    auto self = shared_from_this();
-    asio::async_write(socket_, asio::buffer(queue_.front()), [self](const error_code& ec, size_t) {
-      if (self->closed_) return;
-      self->queued_bytes_ -= self->queue_.front().size();
-      self->queue_.pop_front();
-      if (ec) {
-        self->close("write failed: " + ec.message());
-        return;
-      }
-      self->write_next();
-    });
   }
 
-  void read_prefix() {
-    auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(prefix_), [self](const error_code& ec, size_t) {
-      if (self->closed_) return;
-      if (ec) {
-        self->close(ec == asio::error::eof ? "peer closed" : ec.message());
-        return;
-      }
-      uint32_t n = 0;
-      try {
-        n = read_frame_length(self->prefix_, self->authed_ ? kMaxFrameBytes : kMaxHandshakeBytes);
-      } catch (const ProtocolError& e) {
-        self->protocol_error(e.what());
-        return;
-      }
-      self->read_body(n);
-    });
-  }
-
-  void read_body(uint32_t n) {
-    body_.resize(n);
-    auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(body_), [self](const error_code& ec, size_t) {
-      if (self->closed_) return;
-      if (ec) {
-        self->close(ec.message());
-        return;
-      }
-      Message m;
-      try {
-        m = decode(self->body_);
-      } catch (const ProtocolError& e) {
-        self->protocol_error(e.what());
-        return;
-      }
-      if (!self->dispatch(std::move(m))) return;
-      if (!self->closed_) self->read_prefix();
-    });
+  void finish(const std::string& why, const std::string& dropped_why = "") {
+    if (done_) return;
+    done_ = true;
+    auth_timer_.cancel();
+    --owner_.live_sessions;
+    if (!authed_ && !why.empty()) {
+      owner_.log_limited("closed unauthenticated connection from " + conn_->remote() + ": " + why);
+    }
+    owner_.on_session_closed(*this, authed_, rank_, said_bye_ || leaving_, dropped_why);
   }
 
   void protocol_error(const std::string& what) {
@@ -288,17 +231,16 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
       std::lock_guard lock(owner_.mu);
       ++owner_.counters.protocol_errors;
     }
-    const std::string who = authed_ ? "rank " + std::to_string(rank_) : remote_;
+    const std::string who = authed_ ? "rank " + std::to_string(rank_) : conn_->remote();
     owner_.log_limited("protocol error from " + who + ": " + what);
     close(what);
   }
 
-  // Returns false when the session is closed (stop reading).
-  bool dispatch(Message m) {
+  void dispatch(Message m) {
     if (!authed_) {
-      if (auto* auth = std::get_if<Auth>(&m)) return authenticate(*auth);
-      protocol_error(std::string("expected Auth, got ") + message_name(m));
-      return false;
+      if (auto* auth = std::get_if<Auth>(&m)) authenticate(*auth);
+      else protocol_error(std::string("expected Auth, got ") + message_name(m));
+      return;
     }
     const auto now = Clock::now();
     std::unique_lock lock(owner_.mu);
@@ -311,7 +253,7 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
       slot.view.depth = hb->depth;
       slot.view.phase = std::move(hb->phase);
       slot.view.metrics = std::move(hb->metrics);
-      return true;
+      return;
     }
     if (auto* ack = std::get_if<StopAck>(&m)) {
       if (owner_.stop_state == Coordinator::Impl::StopState::kQuerying && !slot.acked) {
@@ -320,12 +262,12 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
         lock.unlock();
         owner_.maybe_decide_stop();
       }
-      return true;
+      return;
     }
     if (auto* req = std::get_if<StopRequest>(&m)) {
       lock.unlock();
       owner_.begin_stop(req->reason);
-      return true;
+      return;
     }
     if (auto* bye = std::get_if<Bye>(&m)) {
       said_bye_ = true;
@@ -338,23 +280,21 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
                  std::to_string(bye->exit_code) + (bye->message.empty() ? "" : ": " + bye->message));
       owner_.maybe_decide_stop();
       owner_.check_watchdog();
-      return true;  // keep reading until the agent closes
+      return;  // keep reading until the agent closes
     }
     lock.unlock();
     protocol_error(std::string("unexpected ") + message_name(m) + " from an agent");
-    return false;
   }
 
-  bool authenticate(const Auth& auth) {
+  void authenticate(const Auth& auth) {
     auto reject = [&](const std::string& why) {
       {
         std::lock_guard lock(owner_.mu);
         ++owner_.counters.rejected_auth;
       }
-      owner_.log_limited("rejected connection from " + remote_ + " claiming rank " +
+      owner_.log_limited("rejected connection from " + conn_->remote() + " claiming rank " +
                          std::to_string(auth.rank) + ": " + why);
       close("");
-      return false;
     };
     if (!digest_equal(agent_mac(owner_.opt.secret, server_nonce_, auth), auth.mac)) {
       return reject("wrong job secret (MAC mismatch)");
@@ -384,31 +324,27 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
     lock.unlock();
     authed_ = true;
     rank_ = auth.rank;
+    conn_->allow_full_frames();
     auth_timer_.cancel();
     --owner_.pending;
     send(AuthOk{coordinator_mac(owner_.opt.secret, server_nonce_, auth.nonce, auth.rank)});
     // A rank that joins late still learns what the others already know.
-    if (aborted) send(Abort{aborted->rank, aborted->host, aborted->step, aborted->message});
+    if (aborted) send(abort_frame(*aborted));
     else if (stop) send(Stop{*stop, owner_.stop_reason});
     else if (owner_.stop_state == Coordinator::Impl::StopState::kQuerying) {
-      std::lock_guard relock(owner_.mu);
-      slot.acked = false;
-      send(StopQuery{});
+      {
+        std::lock_guard relock(owner_.mu);
+        slot.acked = false;
+      }
+      send(StopQuery{});  // outside the lock: a send that closes the session reports to the owner
     }
-    return true;
   }
 
   Coordinator::Impl& owner_;
-  tcp::socket socket_;
+  std::shared_ptr<FramedConnection> conn_;
   asio::steady_timer auth_timer_;
-  std::string remote_;
   Nonce server_nonce_{};
-  std::array<uint8_t, 4> prefix_{};
-  std::vector<uint8_t> body_;
-  std::deque<std::vector<uint8_t>> queue_;
-  size_t queued_bytes_ = 0;
-  bool writing_ = false;
-  bool closed_ = false;
+  bool done_ = false;  // closed and reported to the owner
   bool authed_ = false;
   bool said_bye_ = false;
   bool leaving_ = false;
@@ -633,7 +569,7 @@ void Coordinator::Impl::do_abort(const AbortInfo& info) {
   }
   cv.notify_all();
   log("ABORT: " + info.message);
-  broadcast(Abort{info.rank, info.host, info.step, info.message});
+  broadcast(abort_frame(info));
 }
 
 void Coordinator::Impl::broadcast(const Message& m) {
@@ -705,7 +641,8 @@ void Coordinator::Impl::maybe_decide_stop() {
   broadcast(Stop{step, stop_reason});
 }
 
-void Coordinator::Impl::on_session_closed(AgentSession& s, bool authed, int rank, bool said_bye) {
+void Coordinator::Impl::on_session_closed(AgentSession& s, bool authed, int rank, bool said_bye,
+                                          const std::string& dropped_why) {
   sessions.erase(s.shared_from_this());
   if (!authed) {
     --pending;
@@ -715,7 +652,10 @@ void Coordinator::Impl::on_session_closed(AgentSession& s, bool authed, int rank
   {
     std::lock_guard lock(mu);
     Slot& slot = slots[size_t(rank)];
-    if (slot.view.state == RankState::kConnected) slot.view.state = RankState::kLost;
+    if (slot.view.state == RankState::kConnected) {
+      slot.view.state = RankState::kLost;
+      slot.view.dropped_why = dropped_why;
+    }
   }
   check_watchdog();
   maybe_decide_stop();

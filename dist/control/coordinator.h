@@ -27,7 +27,9 @@ struct CoordinatorOptions {
   double connect_timeout_s = 0;     // every rank connected by then; 0 = watchdog_s
   double auth_timeout_s = 5;        // a connection that has not authenticated by then is dropped
   size_t max_pending = 64;          // unauthenticated connections at once; more are closed at once
-  size_t max_send_queue_bytes = 1 << 20;  // per agent; a peer that stops reading is dropped
+  // Per agent: unsent bytes once the kernel's buffers are full; past it that rank counts as lost
+  // (it stopped reading) and the job aborts naming it. The policy: dist/control/framed_connection.h.
+  size_t max_send_queue_bytes = kDefaultMaxSendQueueBytes;
   bool metrics = false;             // serve GET /metrics
   std::string metrics_bind = "127.0.0.1";
   uint16_t metrics_port = 0;        // 0 = a free port; see metrics_endpoint()

@@ -15,6 +15,10 @@ struct Endpoint {
   bool operator==(const Endpoint&) const = default;
 };
 
+// This machine's host name (gethostname), "localhost" if it has none: how other nodes reach it by
+// default, and how messages name it.
+std::string this_host_name();
+
 // "node01:41234", "node01" (port 0), "[::1]:41234". Throws InputError naming `origin` on a
 // malformed text or a port outside 0..65535.
 Endpoint parse_endpoint(std::string_view text, const std::string& origin);

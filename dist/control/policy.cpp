@@ -57,7 +57,8 @@ std::optional<AbortInfo> watchdog_verdict(std::span<const RankView> ranks, doubl
   const std::string limit = " (limit control.watchdog_s = " + seconds(limits.watchdog_s) + ")";
   for (const RankView& r : ranks) {
     if (r.state == RankState::kLost) {
-      return blame(r, "control connection lost; the process died or its node failed");
+      return blame(r, r.dropped_why.empty() ? "control connection lost; the process died or its node failed"
+                                            : "control connection dropped by the coordinator: " + r.dropped_why);
     }
   }
   for (const RankView& r : ranks) {

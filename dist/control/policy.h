@@ -51,6 +51,7 @@ struct RankView {
   double stall_s = 0;          // since its (step, phase) last changed
   int exit_code = 0;           // kDone: the code its Bye announced
   std::string bye_message;
+  std::string dropped_why;     // kLost: why the coordinator dropped it; empty = the connection broke
 };
 
 struct WatchdogLimits {
@@ -59,7 +60,8 @@ struct WatchdogLimits {
 };
 
 // The first reason to abort, or nullopt. Checked in this order, first hit wins:
-//  1. a rank's connection dropped without a Bye (process died, node lost)   -> blame that rank
+//  1. a rank's connection dropped without a Bye (process died, node lost, or the coordinator
+//     dropped it for not reading: dropped_why)                             -> blame that rank
 //  2. a rank said Bye with an exit code other than 0 or 3 (it failed)        -> blame that rank
 //  3. a connected rank's last heartbeat is older than watchdog_s             -> blame the oldest
 //     (its agent thread beats independently of training, so silence means the process is frozen,

@@ -23,6 +23,9 @@ inline constexpr uint32_t kMaxHandshakeBytes = 1024;   // body bytes before it: 
 inline constexpr size_t kMaxStringBytes = 4096;        // host names, phases, reasons, messages
 inline constexpr size_t kMaxMetrics = 256;             // entries in one heartbeat's metric map
 inline constexpr size_t kMaxMetricName = 128;
+// Unsent bytes one connection may hold, per end, before its peer counts as no longer reading (the
+// policy: framed_connection.h). 16 largest frames; ordinary traffic is a few hundred bytes a beat.
+inline constexpr size_t kDefaultMaxSendQueueBytes = 1 << 20;
 
 using Nonce = std::array<uint8_t, 32>;
 using Mac = std::array<uint8_t, 32>;

@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/base/control_test_util.h"
+#include "tests/control/control_test_util.h"
 #include "tests/test_paths.h"
 
 namespace deepen {

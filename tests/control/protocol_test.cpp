@@ -19,7 +19,7 @@
 #include "dist/control/sha256.h"
 #include "dist/control/wire.h"
 #include "launch/input_error.h"
-#include "tests/base/control_test_util.h"
+#include "tests/control/control_test_util.h"
 
 namespace deepen::control {
 namespace {
@@ -341,6 +341,13 @@ TEST(ControlWatchdog, VerdictFollowsTheDocumentedOrderAndNamesRankHostStep) {
   EXPECT_EQ(v->rank, 2);
   EXPECT_EQ(v->message, "rank 2 on n2 (student 2, pid 102), last step 7: control connection lost; the "
                         "process died or its node failed");
+  // Dropped by the coordinator for not reading (the send-queue bound): the same rule, its reason.
+  ranks[2].dropped_why = "the peer stopped reading: ...";
+  v = watchdog_verdict(ranks, 100, limits);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->rank, 2);
+  EXPECT_EQ(v->message, "rank 2 on n2 (student 2, pid 102), last step 7: control connection dropped by the "
+                        "coordinator: the peer stopped reading: ...");
 
   // Clean exits (0, and 3 = requeue) are not failures.
   std::vector<RankView> done = {view(0, RankState::kDone, 9, 50, 50), view(1, RankState::kDone, 9, 50, 50)};

@@ -1,4 +1,4 @@
-// Test helpers for the control plane: a strict Prometheus text parser and bounded waiting.
+// Test helpers for the control plane and the Slurm scripts: bounded waiting, child processes, a strict Prometheus parser.
 #pragma once
 
 #include <fcntl.h>
@@ -17,6 +17,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <system_error>
 #include <string>
 #include <thread>
 #include <vector>
@@ -163,11 +164,10 @@ class TestProcess {
  public:
   TestProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& vars,
               const std::string& tag) {
-    const auto dir = std::filesystem::temp_directory_path() /
-                     ("deepen_test_" + std::to_string(::getpid()) + "_" + tag);
-    std::filesystem::create_directories(dir);
-    out_ = (dir / "stdout").string();
-    err_ = (dir / "stderr").string();
+    dir_ = std::filesystem::temp_directory_path() / ("deepen_test_" + std::to_string(::getpid()) + "_" + tag);
+    std::filesystem::create_directories(dir_);
+    out_ = (dir_ / "stdout").string();
+    err_ = (dir_ / "stderr").string();
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) {
       const std::string kv = *e;
@@ -190,11 +190,14 @@ class TestProcess {
     if (posix_spawnp(&pid_, args[0], &fa, nullptr, args.data(), envp.data()) != 0) pid_ = -1;
     posix_spawn_file_actions_destroy(&fa);
   }
+  // Also removes the folder with its stdout and stderr: read them before.
   ~TestProcess() {
     if (pid_ > 0 && !exit_code_) {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
+    std::error_code ignore;
+    std::filesystem::remove_all(dir_, ignore);
   }
   TestProcess(const TestProcess&) = delete;
   TestProcess& operator=(const TestProcess&) = delete;
@@ -223,6 +226,7 @@ class TestProcess {
 
  private:
   pid_t pid_ = -1;
+  std::filesystem::path dir_;
   std::string out_, err_;
   std::optional<int> exit_code_;
 };

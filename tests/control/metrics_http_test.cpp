@@ -1,0 +1,75 @@
+// /metrics over real sockets: a scrape is valid Prometheus text that follows the trainers' steps;
+// other paths, methods, malformed, oversized and silent requests are refused within bounds.
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tests/control/control_test_util.h"
+#include "tests/control/loopback_job.h"
+#include "tests/control/raw_peer.h"
+
+namespace deepen::control {
+namespace {
+
+using namespace test_support;
+
+TEST(ControlMetricsHttp, ScrapeReturnsValidPrometheusTextWhoseStepIncreases) {
+  LocalJob job(2, 2, [](CoordinatorOptions& o) { o.metrics = true; });
+  const Coordinator& coord = *job.coord;
+  ASSERT_TRUE(coord.metrics_endpoint().has_value());
+  EXPECT_EQ(coord.metrics_endpoint()->host, "127.0.0.1");
+  const uint16_t port = coord.metrics_endpoint()->port;
+  Trainer t0(job.agent(0), std::chrono::milliseconds(5)), t1(job.agent(1), std::chrono::milliseconds(5));
+  ASSERT_TRUE(eventually([&] { return job.step(0) > 2; }, 10));
+  auto scrape = [&](std::vector<test::PromSample>& samples) {
+    const std::string response = http_get(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_EQ(response.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << response;
+    EXPECT_NE(response.find("Content-Type: text/plain; version=0.0.4"), std::string::npos);
+    const std::string body = response.substr(response.find("\r\n\r\n") + 4);
+    EXPECT_EQ(test::parse_prometheus(body, samples), "") << body;
+    return body;
+  };
+  std::vector<test::PromSample> first, second;
+  const std::string body = scrape(first);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  scrape(second);
+  const double step_before = test::prom_value(first, "deepen_step", "0");
+  const double step_after = test::prom_value(second, "deepen_step", "0");
+  EXPECT_GT(step_before, 0);
+  EXPECT_GT(step_after, step_before);
+  EXPECT_EQ(test::prom_value(second, "deepen_world_size"), 2);
+  EXPECT_EQ(test::prom_value(second, "deepen_ranks_connected"), 2);
+  EXPECT_LT(test::prom_value(second, "deepen_heartbeat_age_seconds", "1"), 3.0);
+  EXPECT_GT(test::prom_value(second, "deepen_train_loss", "1"), 0);
+  for (const char* family : {"deepen_step", "deepen_stage", "deepen_active_depth", "deepen_heartbeat_age_seconds",
+                             "deepen_train_loss"}) {
+    EXPECT_NE(body.find(std::string("# HELP ") + family + " "), std::string::npos) << family;
+    EXPECT_NE(body.find(std::string("# TYPE ") + family + " gauge"), std::string::npos) << family;
+  }
+}
+
+TEST(ControlMetricsHttp, OtherPathsMethodsAndBadRequestsAreRefusedWithinBounds) {
+  LocalJob job(1, 0, [](CoordinatorOptions& o) {
+    o.metrics = true;
+    o.http_timeout_s = 0.3;
+  });
+  const uint16_t port = job.coord->metrics_endpoint()->port;
+  EXPECT_EQ(http_get(port, "GET /other HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 404", 0), 0u);
+  const std::string post = http_get(port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+  EXPECT_EQ(post.rfind("HTTP/1.1 405", 0), 0u) << post;
+  EXPECT_NE(post.find("Allow: GET"), std::string::npos);
+  EXPECT_EQ(http_get(port, "DELETE /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 405", 0), 0u);
+  EXPECT_EQ(http_get(port, "garbage\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
+  EXPECT_EQ(http_get(port, "GET /metrics?x=1 HTTP/1.0\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
+  const std::string huge = "GET /metrics HTTP/1.1\r\nX: " + std::string(20000, 'a') + "\r\n\r\n";
+  EXPECT_EQ(http_get(port, huge).rfind("HTTP/1.1 431", 0), 0u);
+  // A client that connects and says nothing is closed after http_timeout_s, others still served.
+  const int silent = raw_connect(port);
+  ASSERT_GE(silent, 0);
+  EXPECT_EQ(http_get(port, "GET /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
+  EXPECT_TRUE(closed_by_peer(silent, 5));
+  ::close(silent);
+}
+
+}  // namespace
+}  // namespace deepen::control
