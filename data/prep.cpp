@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/hash.h"
+#include "data/parquet_source.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
 #include "launch/input_error.h"
@@ -39,32 +40,41 @@ constexpr uint64_t kSplitSeed = 0x76616c6964ULL;  // "valid": fixed, part of the
 constexpr size_t kChunkBytes = size_t(1) << 20;   // documents are handed to workers ~1 MiB at a time
 constexpr size_t kChunkDocs = 4096;
 
+enum class SourceKind { text, jsonl, parquet };
+
 struct SourceFile {
   std::string path;
-  bool jsonl = false;
+  SourceKind kind = SourceKind::text;
   uint64_t bytes = 0;
+  ParquetLayout parquet;  // kind == parquet: read from the footer while listing
 };
 
 struct Chunk {
   size_t index = 0;
   std::vector<std::string> docs;
+  std::vector<std::string> ids;  // per document: what the split hashes instead of the text, "" = the text
   uint64_t bytes = 0;
+  uint64_t source_pos = 0;       // source bytes consumed when the chunk was cut (for the progress bar)
 };
 
 struct TokenizedDoc {
   std::vector<int32_t> ids;  // EOS included
   bool valid = false;
-  uint64_t bytes = 0;
 };
 
 struct Result {
   size_t index = 0;
   std::vector<TokenizedDoc> docs;
+  uint64_t source_pos = 0;
 };
 
 bool has_glob(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
-bool is_jsonl(const fs::path& p) { return p.extension() == ".jsonl"; }
+SourceKind kind_of(const fs::path& p) {
+  if (p.extension() == ".jsonl") return SourceKind::jsonl;
+  if (p.extension() == ".parquet") return SourceKind::parquet;
+  return SourceKind::text;
+}
 
 bool looks_binary(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -75,15 +85,21 @@ bool looks_binary(const std::string& path) {
 
 // Every source expanded to files, in the documented order; throws before anything is written.
 std::vector<SourceFile> list_sources(const DataConfig& cfg, int64_t& skipped) {
-  if (cfg.sources.empty()) throw InputError("data.sources: empty; list the text files, folders or .jsonl files to tokenize");
+  if (cfg.sources.empty())
+    throw InputError("data.sources: empty; list the text files, folders, .jsonl or .parquet files to tokenize");
   std::vector<SourceFile> out;
   auto add = [&](const fs::path& p) {
-    if (looks_binary(p.string())) {
+    SourceFile f{p.string(), kind_of(p), 0, {}};
+    // Parquet is binary by nature; its footer is checked here, so a bad file fails before any output.
+    if (f.kind == SourceKind::parquet) {
+      f.parquet = read_parquet_layout(f.path, cfg.parquet_text_column, cfg.id_field);
+    } else if (looks_binary(p.string())) {
       ++skipped;
       return;
     }
     std::error_code ec;
-    out.push_back({p.string(), is_jsonl(p), uint64_t(fs::file_size(p, ec))});
+    f.bytes = uint64_t(fs::file_size(p, ec));
+    out.push_back(std::move(f));
   };
   for (const std::string& src : cfg.sources) {
     std::error_code ec;
@@ -118,6 +134,39 @@ std::string read_whole(const std::string& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Calls add(document, id, line bytes) for every non-blank line of a JSONL file, in order; the
+// document is the string field cfg.jsonl_field, the id the field cfg.id_field where the record has
+// one (a string, or an integer in decimal as parquet's integer ids are). Returns false as soon as add does.
+template <class Add>
+bool read_jsonl(const std::string& path, const DataConfig& cfg, Add&& add) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot read: " + std::strerror(errno));
+  std::string line;
+  for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
+    const std::string where = path + ":" + std::to_string(lineno) + ": ";
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(where + "not valid JSON: " + e.what());
+    }
+    if (!j.is_object() || !j.contains(cfg.jsonl_field) || !j[cfg.jsonl_field].is_string())
+      throw InputError(where + "no string field \"" + cfg.jsonl_field + "\" (data.jsonl_field)");
+    std::string id;
+    if (!cfg.id_field.empty() && j.contains(cfg.id_field)) {
+      const nlohmann::json& v = j[cfg.id_field];
+      if (v.is_string()) id = v.get<std::string>();
+      else if (v.is_number_integer()) id = v.dump();
+      else if (!v.is_null())
+        throw InputError(where + "field \"" + cfg.id_field + "\" (data.id_field) must be a string or an integer, got " +
+                         v.type_name());
+    }
+    if (!add(j[cfg.jsonl_field].get<std::string>(), std::move(id), line.size() + 1)) return false;
+  }
+  return true;
 }
 
 // Output folder for a split: must be a folder name (created), free of shards unless overwriting.
@@ -310,9 +359,9 @@ class Progress {
 
 }  // namespace
 
-bool is_validation_document(std::string_view document, double valid_fraction) {
+bool is_validation_document(std::string_view key, double valid_fraction) {
   if (valid_fraction <= 0) return false;
-  const double u = double(hash64(document, kSplitSeed) >> 11) * 0x1.0p-53;  // uniform in [0, 1)
+  const double u = double(hash64(key, kSplitSeed) >> 11) * 0x1.0p-53;  // uniform in [0, 1)
   return u < valid_fraction;
 }
 
@@ -375,11 +424,11 @@ PrepSummary run_prep(const DataConfig& cfg, const PrepOptions& opts) {
         while (std::optional<Chunk> c = pipe.pop()) {
           Result r;
           r.index = c->index;
+          r.source_pos = c->source_pos;
           r.docs.resize(c->docs.size());
           for (size_t i = 0; i < c->docs.size(); ++i) {
             TokenizedDoc& d = r.docs[i];
-            d.valid = is_validation_document(c->docs[i], cfg.valid_fraction);
-            d.bytes = c->docs[i].size();
+            d.valid = is_validation_document(c->ids[i].empty() ? c->docs[i] : c->ids[i], cfg.valid_fraction);
             tok->encode_append(c->docs[i], d.ids);
             d.ids.push_back(eos);
           }
@@ -395,7 +444,6 @@ PrepSummary run_prep(const DataConfig& cfg, const PrepOptions& opts) {
   // if no document hashed into it.
   std::vector<int32_t> held;
   bool holding = false;
-  uint64_t written_bytes = 0;
   std::thread writer([&] {
     try {
       for (;;) {
@@ -409,31 +457,34 @@ PrepSummary run_prep(const DataConfig& cfg, const PrepOptions& opts) {
             held = std::move(d.ids);
             holding = true;
           }
-          written_bytes += d.bytes;
         }
-        progress.update(written_bytes);
+        progress.update(r->source_pos);
       }
     } catch (...) {
       pipe.fail(std::current_exception());
     }
   });
 
-  // Reader: this thread.
+  // Reader: this thread. `pos` counts source bytes consumed, for the progress bar (parquet text is
+  // compressed, so document bytes would not reach the files' total).
   try {
     Chunk chunk;
+    uint64_t pos = 0;
     auto flush = [&] {
       if (chunk.docs.empty()) return true;
       chunk.index = chunks_made;
+      chunk.source_pos = pos;
       const bool ok = pipe.push(std::move(chunk));
       if (ok) ++chunks_made;
       chunk = Chunk{};
       return ok;
     };
-    auto add_doc = [&](std::string doc) {
+    auto add_doc = [&](std::string doc, std::string id) {
       if (doc.empty()) return true;
       sum.bytes += int64_t(doc.size());
       chunk.bytes += doc.size();
       chunk.docs.push_back(std::move(doc));
+      chunk.ids.push_back(std::move(id));
       if (chunk.bytes >= kChunkBytes || chunk.docs.size() >= kChunkDocs) return flush();
       return true;
     };
@@ -441,26 +492,22 @@ PrepSummary run_prep(const DataConfig& cfg, const PrepOptions& opts) {
     for (const SourceFile& src : sources) {
       if (!ok) break;
       ++sum.files;
-      if (!src.jsonl) {
-        ok = add_doc(read_whole(src.path));
-        continue;
+      const uint64_t start_pos = pos;
+      if (src.kind == SourceKind::text) {
+        pos += src.bytes;
+        ok = add_doc(read_whole(src.path), "");
+      } else if (src.kind == SourceKind::parquet) {
+        read_parquet_documents(
+            src.path, src.parquet,
+            [&](std::string_view text, std::string_view id) { return ok = add_doc(std::string(text), std::string(id)); },
+            [&](int64_t rows) { pos = start_pos + src.bytes * uint64_t(rows) / uint64_t(std::max<int64_t>(src.parquet.rows, 1)); });
+      } else {
+        ok = read_jsonl(src.path, cfg, [&](std::string doc, std::string id, size_t line_bytes) {
+          pos += line_bytes;
+          return add_doc(std::move(doc), std::move(id));
+        });
       }
-      std::ifstream in(src.path, std::ios::binary);
-      if (!in) throw InputError(src.path + ": cannot read: " + std::strerror(errno));
-      std::string line;
-      for (int64_t lineno = 1; ok && std::getline(in, line); ++lineno) {
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        nlohmann::json j;
-        try {
-          j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::exception& e) {
-          throw InputError(src.path + ":" + std::to_string(lineno) + ": not valid JSON: " + e.what());
-        }
-        if (!j.is_object() || !j.contains(cfg.jsonl_field) || !j[cfg.jsonl_field].is_string())
-          throw InputError(src.path + ":" + std::to_string(lineno) + ": no string field \"" + cfg.jsonl_field +
-                           "\" (data.jsonl_field)");
-        ok = add_doc(j[cfg.jsonl_field].get<std::string>());
-      }
+      pos = start_pos + src.bytes;
     }
     if (ok) flush();
   } catch (...) {
@@ -482,7 +529,7 @@ PrepSummary run_prep(const DataConfig& cfg, const PrepOptions& opts) {
       train.append_document(held);
     }
   }
-  progress.update(written_bytes);
+  progress.update(total_bytes);
   progress.end();
   if (train.docs() == 0)
     throw InputError("data.sources: empty dataset: no documents with text (files: " + std::to_string(sum.files) + ")");

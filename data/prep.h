@@ -1,4 +1,4 @@
-// `deepen prep`: text files, folders and JSONL -> token shards, with a held-out validation split.
+// `deepen prep`: text files, folders, JSONL and parquet -> token shards, with a held-out validation split.
 #pragma once
 
 #include <cstdint>
@@ -32,22 +32,28 @@ struct PrepSummary {
 
 // Reads every document of cfg.sources in a fixed order (sources as listed; a folder's files sorted
 // by path, recursively, hidden ones skipped; a *.jsonl file gives one document per non-empty line,
-// the string field cfg.jsonl_field; any other file is one document), tokenizes them with
-// cfg.tokenizer on opts.threads threads, appends the tokenizer's EOS after each document, and writes
-// shards of cfg.shard_tokens tokens to cfg.train/train-NNNNN.bin and cfg.valid/valid-NNNNN.bin.
+// the string field cfg.jsonl_field; a *.parquet file one document per row, the column
+// cfg.parquet_text_column, streamed a row group at a time (data/parquet_source.h); any other file is
+// one document), tokenizes them with cfg.tokenizer on opts.threads threads, appends the tokenizer's
+// EOS after each document, and writes shards of cfg.shard_tokens tokens to cfg.train/train-NNNNN.bin
+// and cfg.valid/valid-NNNNN.bin. Empty documents (and null parquet texts) are left out.
 //
-// A document goes to the validation split when is_validation_document() says so (a hash of its
-// bytes: duplicates land in the same split, and the choice does not depend on order or threads).
-// If valid_fraction > 0 but no document hashed into it, the last document is held out instead, so
-// a small corpus still has a validation split. The output is byte-identical for any thread count.
+// A document goes to the validation split when is_validation_document() says so for its id (the
+// JSONL field or parquet column cfg.id_field, where the record has one) or else for its text: the
+// choice is a hash, so it does not depend on order, threads or the file format, and duplicates
+// without ids land in the same split. If valid_fraction > 0 but no document hashed into it, the
+// last document is held out instead, so a small corpus still has a validation split. The output is
+// byte-identical for any thread count, and the same for a JSONL and a parquet file of the same records.
 //
 // Nothing is written unless everything succeeds: shards are written under temporary names and
-// renamed at the end. Errors (missing source, bad JSONL line, output folder already holding shards
-// without opts.overwrite, ...) are InputErrors naming the key or file and the reason, raised
-// before anything is written where possible.
+// renamed at the end. Errors (missing source, bad JSONL line, a parquet file that is not one or
+// lacks the text column, output folder already holding shards without opts.overwrite, ...) are
+// InputErrors naming the key or file and the reason, raised before anything is written where
+// possible (parquet footers are all read first).
 PrepSummary run_prep(const DataConfig& cfg, const PrepOptions& opts = {});
 
-// The validation decision for one document: hash64(document) mapped to [0, 1) is < valid_fraction.
-bool is_validation_document(std::string_view document, double valid_fraction);
+// The validation decision for one document: hash64(key) mapped to [0, 1) is < valid_fraction, where
+// the key is the document's id if it has one, else its text.
+bool is_validation_document(std::string_view key, double valid_fraction);
 
 }  // namespace deepen

@@ -17,7 +17,7 @@ void register_prep_command(CLI::App& app) {
   };
   auto opts = std::make_shared<PrepCommand>();
   CLI::App* cmd = app.add_subcommand(
-      "prep", "tokenize data.sources (text files, folders, JSONL) into data.train / data.valid token shards");
+      "prep", "tokenize data.sources (text files, folders, JSONL, parquet) into data.train / data.valid token shards");
   add_config_options(*cmd, opts->config);
   cmd->add_option("--threads", opts->prep.threads, "tokenizer threads (default: every core)");
   cmd->add_flag("--overwrite", opts->prep.overwrite, "replace shards already in the output folders");

@@ -246,6 +246,8 @@ void validate_config(const Config& cfg) {
   if (!(d.valid_fraction >= 0 && d.valid_fraction < 1))
     c.fail("data.valid_fraction", "must be in [0, 1), got " + format_double(d.valid_fraction));
   c.at_least("data.shard_tokens", d.shard_tokens, 1024);
+  if (d.jsonl_field.empty()) c.fail("data.jsonl_field", "must not be empty");
+  if (d.parquet_text_column.empty()) c.fail("data.parquet_text_column", "must not be empty");
 
   c.one_of("teacher.dtype", cfg.teacher.dtype, {"fp32", "bf16"});
 

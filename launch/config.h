@@ -27,13 +27,18 @@ struct DataConfig {
   std::string valid = "data/valid";
   int64_t seq_len = 256;             // tokens per sequence (targets are the next tokens)
   // prep only:
-  std::vector<std::string> sources;  // text files, folders or .jsonl files to tokenize
+  std::vector<std::string> sources;  // text files, folders, .jsonl or .parquet files to tokenize
   std::string jsonl_field = "text";  // field holding the document in JSONL sources
+  std::string parquet_text_column = "text";  // column holding the document in parquet sources (FineWeb-Edu: text)
+  // JSONL field or parquet column naming a document (FineWeb-Edu: id): where a record has it, the
+  // held-out split hashes the id instead of the text; "" = always the text.
+  std::string id_field = "id";
   double valid_fraction = 0.01;      // share of documents held out, chosen by document hash
   int64_t shard_tokens = 50'000'000; // tokens per shard file
   template <class V> void visit(V& v) {
     v("tokenizer", tokenizer); v("train", train); v("valid", valid); v("seq_len", seq_len);
-    v("sources", sources); v("jsonl_field", jsonl_field); v("valid_fraction", valid_fraction);
+    v("sources", sources); v("jsonl_field", jsonl_field); v("parquet_text_column", parquet_text_column);
+    v("id_field", id_field); v("valid_fraction", valid_fraction);
     v("shard_tokens", shard_tokens);
   }
 };

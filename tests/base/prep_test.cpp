@@ -1,5 +1,6 @@
 // `deepen prep`: shards hold exactly the tokenizer's ids with EOS between documents, the split is by
-// document hash, output is identical for any thread count, and bad input writes nothing.
+// document hash (of a JSONL record's id where it has one), output is identical for any thread
+// count, and bad input writes nothing.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -85,7 +86,7 @@ TEST_F(PrepTest, ShardsHoldTheTokenizersIdsWithEosBetweenDocumentsSplitByHash) {
   const PrepSummary sum = run_prep(cfg, quiet());
   // Expected: documents in the documented order (sorted paths, JSONL lines in order).
   const auto tok = make_tokenizer("bytes");
-  std::vector<std::string> docs;
+  std::vector<std::string> docs, keys;  // keys: what the split hashes (a JSONL record's id, else the text)
   std::vector<fs::path> files;
   for (const auto& e : fs::recursive_directory_iterator(root_ / "src"))
     if (e.is_regular_file() && e.path().filename() != "blob.dat") files.push_back(e.path());
@@ -93,14 +94,19 @@ TEST_F(PrepTest, ShardsHoldTheTokenizersIdsWithEosBetweenDocumentsSplitByHash) {
   for (const fs::path& f : files) {
     if (f.extension() != ".jsonl") {
       docs.push_back(slurp(f));
+      keys.push_back(docs.back());
       continue;
     }
-    for (int i = 0; i < 40; ++i) docs.push_back("record " + std::to_string(i) + " \u00e9t\u00e9 \n ok");
+    for (int i = 0; i < 40; ++i) {
+      docs.push_back("record " + std::to_string(i) + " \u00e9t\u00e9 \n ok");
+      keys.push_back(std::to_string(i));  // "id": i (data.id_field)
+    }
   }
   std::vector<int32_t> want_train, want_valid;
   int64_t n_valid = 0;
-  for (const std::string& d : docs) {
-    auto& out = is_validation_document(d, cfg.valid_fraction) ? want_valid : want_train;
+  for (size_t k = 0; k < docs.size(); ++k) {
+    const std::string& d = docs[k];
+    auto& out = is_validation_document(keys[k], cfg.valid_fraction) ? want_valid : want_train;
     n_valid += &out == &want_valid;
     tok->encode_append(d, out);
     out.push_back(tok->eos_id());

@@ -68,7 +68,8 @@ TEST(StudyConfigs, PaperBaseConfigsMarkTheirAssumptions) {
       "name", "out_dir", "seed", "threads", "tokenizer", "train", "valid", "shard_tokens", "checkpoint", "dtype",
       "layers", "vocab_size", "norm", "rope_theta", "mode", "freeze_prefix", "logits", "vocab_chunk",
       "teacher_pipelines", "teacher_stages", "students", "grad_accum", "backend", "activation_dtype", "every",
-      "keep", "heartbeat_s", "watchdog_s", "diagnostics_every", "diagnostic_batch"};
+      "keep", "heartbeat_s", "watchdog_s", "diagnostics_every", "diagnostic_batch",
+      "sources", "parquet_text_column", "id_field"};  // the paper's data: FineWeb-Edu sample-10BT
   for (const char* f : {"configs/paper/qwen3-8b.toml", "configs/paper/qwen3-1.7b.toml", "configs/paper/qwen3-0.6b.toml"}) {
     std::ifstream in(source(f));
     std::string line;
