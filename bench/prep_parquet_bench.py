@@ -16,7 +16,7 @@ listing, parquet reading, tokenizing, the split and the shard writing all count.
 Baseline: `tokenizers` Tokenizer.from_file(tokenizer.json).encode_batch over pyarrow's
 ParquetFile.iter_batches(columns=["text"]) of the same files, RAYON_NUM_THREADS=--threads, tokens
 summed (plus one EOS per document, as deepen counts it). Both run as child processes, one after
-the other, each timed alone (wall and CPU seconds, peak RSS from wait4). Token counts must agree.
+the other, each timed alone (wall and CPU seconds from wait4, peak RSS as VmHWM). Token counts must agree.
 
 With --tokenizer bytes and --no-baseline it measures prep's memory on a large file alone (the
 byte tokenizer costs nearly nothing, so reading dominates), e.g. a 2 GB file of 100k-row groups:
@@ -114,14 +114,34 @@ def generate(work, mb, file_mb, rows_per_group, seed):
     return folder
 
 
+def vm_hwm_mb(pid):
+    """The process's peak RSS so far (VmHWM: of its own address space since exec), 0 if gone."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0
+
+
 def timed_child(cmd, env=None):
-    """Runs cmd alone and measures it with wait4: (stdout, wall s, CPU s, peak RSS MB)."""
+    """Runs cmd alone: (stdout, wall s, CPU s from wait4, peak RSS MB). The peak is VmHWM polled every
+    0.1 s until exit (a high-water mark, so only growth in the last 0.1 s could be missed): wait4's
+    ru_maxrss would count the memory of this Python process, which the child holds until its exec."""
     import tempfile
 
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         p = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
-        _, status, ru = os.wait4(p.pid, 0)  # not p.wait(): wait4 also gives the child's rusage
+        hwm = 0
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)  # not p.wait(): wait4 also gives the rusage
+            if pid:
+                break
+            hwm = max(hwm, vm_hwm_mb(p.pid))
+            time.sleep(0.1)
         wall = time.perf_counter() - t0
         p.returncode = rc = os.waitstatus_to_exitcode(status)
         out.seek(0)
@@ -129,7 +149,7 @@ def timed_child(cmd, env=None):
         text = out.read().decode()
         if rc != 0:
             sys.exit("prep_parquet_bench: %s failed (%d):\n%s%s" % (" ".join(cmd), rc, text, err.read().decode()))
-    return text, wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
+    return text, wall, ru.ru_utime + ru.ru_stime, hwm
 
 
 def hf_worker(args):
@@ -188,6 +208,8 @@ def main():
         f.write('[data]\ntokenizer = "%s"\nsources = ["%s"]\nparquet_text_column = "text"\nid_field = "id"\n'
                 'train = "%s/train"\nvalid = "%s/valid"\nvalid_fraction = 0.001\n' % (tok_spec, folder, out, out))
     shutil.rmtree(out, ignore_errors=True)
+    # What the binary holds before prep does anything: LibTorch's and the CUDA libraries' pages.
+    _, _, _, base_rss = timed_child([args.deepen, "prep", config, "--dry-run"])
     line, d_wall, d_cpu, d_rss = timed_child(
         [args.deepen, "prep", config, "--threads", str(args.threads), "--no-progress"])
     line = line.strip()
@@ -195,9 +217,10 @@ def main():
     d_bytes = float(re.search(r"([\d.]+) MB in", line).group(1)) * 1e6
     shutil.rmtree(out, ignore_errors=True)
     print("deepen: " + line, flush=True)
-    print("deepen prep: %.1f s wall, %.1f CPU s, peak RSS %.0f MB; %.2f MB/s of parquet, %.2f MB/s of text, "
-          "%.3f M tokens/s" % (d_wall, d_cpu, d_rss, parquet_mb / d_wall, d_bytes / 1e6 / d_wall,
-                               d_tokens / d_wall / 1e6), flush=True)
+    print("deepen prep: %.1f s wall, %.1f CPU s, peak RSS %.0f MB (%.0f MB with --dry-run: the loaded libraries); "
+          "%.2f MB/s of parquet, %.2f MB/s of text, %.3f M tokens/s"
+          % (d_wall, d_cpu, d_rss, base_rss, parquet_mb / d_wall, d_bytes / 1e6 / d_wall, d_tokens / d_wall / 1e6),
+          flush=True)
 
     if not args.no_baseline and args.tokenizer != "bytes":
         env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="true")

@@ -134,6 +134,7 @@ void ShardWriter::finish() {
   ::close(fd_);
   fd_ = -1;
   finished_ = true;
+  std::vector<unsigned char>().swap(block_);  // prep keeps finished writers until commit: 1 MiB each otherwise
 }
 
 void ShardWriter::commit() {
