@@ -31,7 +31,8 @@ constexpr int64_t kBatchRows = 1024;
 constexpr int64_t kReadBufferBytes = int64_t(1) << 20;
 
 [[noreturn]] void unreadable(const std::string& path, std::string why) {
-  while (!why.empty() && std::isspace(static_cast<unsigned char>(why.back()))) why.pop_back();  // Arrow ends some with "\n"
+  // Arrow ends some messages with "\n".
+  while (!why.empty() && std::isspace(static_cast<unsigned char>(why.back()))) why.pop_back();
   throw InputError(path + ": not a readable parquet file: " + why);
 }
 

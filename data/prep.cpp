@@ -499,8 +499,12 @@ PrepSummary run_prep(const DataConfig& cfg, const PrepOptions& opts) {
       } else if (src.kind == SourceKind::parquet) {
         read_parquet_documents(
             src.path, src.parquet,
-            [&](std::string_view text, std::string_view id) { return ok = add_doc(std::string(text), std::string(id)); },
-            [&](int64_t rows) { pos = start_pos + src.bytes * uint64_t(rows) / uint64_t(std::max<int64_t>(src.parquet.rows, 1)); });
+            [&](std::string_view text, std::string_view id) {
+              return ok = add_doc(std::string(text), std::string(id));
+            },
+            [&](int64_t rows) {
+              pos = start_pos + src.bytes * uint64_t(rows) / uint64_t(std::max<int64_t>(src.parquet.rows, 1));
+            });
       } else {
         ok = read_jsonl(src.path, cfg, [&](std::string doc, std::string id, size_t line_bytes) {
           pos += line_bytes;

@@ -31,7 +31,7 @@ struct DataConfig {
   std::string jsonl_field = "text";  // field holding the document in JSONL sources
   std::string parquet_text_column = "text";  // column holding the document in parquet sources (FineWeb-Edu: text)
   // JSONL field or parquet column naming a document (FineWeb-Edu: id): where a record has it, the
-  // held-out split hashes the id instead of the text; "" = always the text.
+  // held-out split hashes the id instead of the text (a null or empty id counts as none); "" = always the text.
   std::string id_field = "id";
   double valid_fraction = 0.01;      // share of documents held out, chosen by document hash
   int64_t shard_tokens = 50'000'000; // tokens per shard file

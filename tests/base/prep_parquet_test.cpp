@@ -5,52 +5,34 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "data/parquet_source.h"
-#include "data/prep.h"
-#include "data/token_shards.h"
 #include "data/tokenizer.h"
-#include "launch/input_error.h"
-#include "tests/test_paths.h"
+#include "tests/base/prep_fixture.h"
 
 namespace deepen {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::slurp;
 
 std::string qwen3_tokenizer() {
   if (const char* env = std::getenv("DEEPEN_QWEN3_TOKENIZER")) return std::string("qwen3:") + env;
   return "qwen3:" + std::string(test::kSourceDir) + "/../shared/qwen3/tokenizer.json";
 }
 
-class PrepParquetTest : public ::testing::Test {
+class PrepParquetTest : public test::PrepFixture {
  protected:
   void SetUp() override {
     if (!parquet_supported()) GTEST_SKIP() << "this build has no parquet reader (pyarrow was missing when CMake ran)";
-    root_ = fs::path(test::kBinaryDir) / "testdata" /
-            (std::string("prep_parquet_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
+    make_root("prep_parquet_");
     // pyarrow writes the files (tests/fixtures/fineweb_parquet.py says what each one holds).
     const std::string cmd = std::string(test::kPython) + " " + test::kSourceDir + "/tests/fixtures/fineweb_parquet.py " +
                             (root_ / "in").string() + " > " + (root_ / "fixture.log").string() + " 2>&1";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(root_ / "fixture.log");
-  }
-  static PrepOptions quiet(int threads = 2) {
-    PrepOptions o;
-    o.threads = threads;
-    o.progress = 0;
-    return o;
   }
   DataConfig config(const std::string& source, const std::string& out, const std::string& tokenizer = "bytes") const {
     DataConfig c;
@@ -69,15 +51,6 @@ class PrepParquetTest : public ::testing::Test {
     for (const auto& f : s.valid_shards) all += fs::path(f).filename().string() + ":" + slurp(f);
     return all;
   }
-  std::string error_of(const DataConfig& c) {
-    try {
-      run_prep(c, quiet());
-    } catch (const InputError& e) {
-      return e.what();
-    }
-    return "(no InputError)";
-  }
-  fs::path root_;
 };
 
 TEST_F(PrepParquetTest, ShardsEqualTheJsonlPathsForTheSameRecords) {
@@ -114,14 +87,8 @@ TEST_F(PrepParquetTest, ShardsHoldTheTextColumnInRowOrderSplitById) {
   ASSERT_EQ(records, 150);
   ASSERT_FALSE(want_valid.empty());
   const auto tok = make_tokenizer("bytes");
-  auto decoded = [&](const std::string& folder) {
-    const ShardSet set = ShardSet::open(folder, 2, 0, 0);
-    std::vector<int32_t> ids(size_t(set.tokens()));
-    set.read(0, set.tokens(), ids.data());
-    return tok->decode(ids);
-  };
-  EXPECT_EQ(decoded(cfg.train), want_train);
-  EXPECT_EQ(decoded(cfg.valid), want_valid);
+  EXPECT_EQ(tok->decode(read_all(cfg.train)), want_train);
+  EXPECT_EQ(tok->decode(read_all(cfg.valid)), want_valid);
   EXPECT_NE((want_train + want_valid).find("Математика"), std::string::npos);
 }
 

@@ -6,39 +6,22 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
-#include "data/prep.h"
-#include "data/token_shards.h"
 #include "data/tokenizer.h"
-#include "launch/input_error.h"
-#include "tests/test_paths.h"
+#include "tests/base/prep_fixture.h"
 
 namespace deepen {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::slurp;
 
-class PrepTest : public ::testing::Test {
+class PrepTest : public test::PrepFixture {
  protected:
   void SetUp() override {
-    root_ = fs::path(test::kBinaryDir) / "testdata" /
-            (std::string("prep_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
+    make_root("prep_");
     fs::create_directories(root_ / "src");
-  }
-  static PrepOptions quiet(int threads = 2) {
-    PrepOptions o;
-    o.threads = threads;
-    o.progress = 0;
-    return o;
   }
   // A corpus with structure: text files in nested folders, a JSONL file, a binary file.
   void make_corpus(int files) {
@@ -63,21 +46,6 @@ class PrepTest : public ::testing::Test {
     c.shard_tokens = 5000;
     return c;
   }
-  std::string error_of(const DataConfig& c) {
-    try {
-      run_prep(c, quiet());
-    } catch (const InputError& e) {
-      return e.what();
-    }
-    return "(no InputError)";
-  }
-  static std::vector<int32_t> read_all(const std::string& folder) {
-    const ShardSet set = ShardSet::open(folder, 2, 0, 0);
-    std::vector<int32_t> ids(size_t(set.tokens()));
-    set.read(0, set.tokens(), ids.data());
-    return ids;
-  }
-  fs::path root_;
 };
 
 TEST_F(PrepTest, ShardsHoldTheTokenizersIdsWithEosBetweenDocumentsSplitByHash) {
