@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "launch/compute_threads.h"
+#include "train/compute_threads.h"
 #include "train/distill_loss.h"
 
 namespace {

@@ -29,10 +29,10 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <nlohmann/json.hpp>
 
-#include "launch/compute_threads.h"
 #include "model/student.h"
 #include "model/student_io.h"
 #include "tests/test_paths.h"
+#include "train/compute_threads.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "launch/config.h"
+#include "config/config.h"
 
 namespace deepen {
 
@@ -68,7 +68,7 @@ int64_t joint_steps_for_active_layer_tokens(int64_t active_layer_tokens, int64_t
 
 // The schedule from a curriculum section. Exactly one of stage_tokens, stage_steps or budget is set
 // (validate_config checks it); for `budget` the caller passes the resolved active-layer-token
-// target (see read_active_layer_tokens) and the single stage gets joint_steps_for_active_layer_tokens.
+// target (see resolve_budget) and the single stage gets joint_steps_for_active_layer_tokens.
 // `source` (the config file) prefixes error messages when non-empty. Throws InputError.
 GrowthSchedule make_growth_schedule(const CurriculumConfig& cur, int64_t tokens_per_step,
                                     int64_t budget_active_layer_tokens = 0, const std::string& source = "");
@@ -78,33 +78,10 @@ GrowthSchedule make_growth_schedule(const CurriculumConfig& cur, int64_t tokens_
 // run.out_dir). Throws InputError naming cfg.source and the key.
 GrowthSchedule make_growth_schedule(const Config& cfg);
 
-// ---- Active-layer-token record -------------------------------------------------------------------
-// Every run writes <run.out_dir>/active_layer_tokens.json (the trainer: at each checkpoint with
-// "complete": false, and at the end with "complete": true), e.g.
-//   {"active_layer_tokens": 77824, "tokens": 40960, "steps": 10, "complete": true}
-// A matched joint run reads it through budget = "active_layer_tokens:<that run's out_dir>".
-inline constexpr const char* kActiveLayerTokensFile = "active_layer_tokens.json";
-
-struct ActiveLayerTokensRecord {
-  int64_t active_layer_tokens = 0;  // Σ over finished steps of tokens × active depth
-  int64_t tokens = 0;               // Σ over finished steps of tokens
-  int64_t steps = 0;                // finished optimizer steps
-  bool complete = false;            // true once the run has finished its whole schedule
-};
-
-// <run_dir>/active_layer_tokens.json
-std::string active_layer_tokens_path(const std::string& run_dir);
-
-// Writes the record atomically (temporary file + rename), creating run_dir if needed. Throws
-// std::runtime_error on I/O failure.
-void write_active_layer_tokens(const std::string& run_dir, const ActiveLayerTokensRecord& record);
-
-// Reads and checks a record. InputError (naming the file) when it is missing, is not valid JSON,
-// lacks a field, or has a negative count. Does not require `complete` (see resolve_budget).
-ActiveLayerTokensRecord read_active_layer_tokens(const std::string& run_dir);
-
-// "active_layer_tokens:<run dir>" -> that run's active-layer tokens. InputError when the string has
-// another form, the record is unreadable, or the run is incomplete ("runs/post-grow did not finish:
+// ---- Matched budgets -----------------------------------------------------------------------------
+// "active_layer_tokens:<run dir>" -> that run's active-layer tokens, from its record
+// (run_folder/active_layer_tokens.h). InputError when the string has another form, the record is
+// unreadable, or the run is incomplete ("runs/post-grow did not finish:
 // active_layer_tokens.json has complete = false after 1200 steps").
 int64_t resolve_budget(const std::string& budget);
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "curriculum/growth_schedule.h"
-#include "launch/config.h"
 
 namespace deepen {
 

@@ -19,7 +19,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "launch/input_error.h"
+#include "config/input_error.h"
 
 namespace deepen {
 namespace {

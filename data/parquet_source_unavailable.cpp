@@ -1,7 +1,7 @@
 // Parquet sources in a build configured without pyarrow: every entry point says how to get them.
 #include "data/parquet_source.h"
 
-#include "launch/input_error.h"
+#include "config/input_error.h"
 
 namespace deepen {
 namespace {

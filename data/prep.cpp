@@ -24,11 +24,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/hash.h"
+#include "config/hash.h"
+#include "config/input_error.h"
 #include "data/parquet_source.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
-#include "launch/input_error.h"
 
 namespace deepen {
 namespace {

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "launch/config.h"
+#include "config/config.h"
 
 namespace deepen {
 

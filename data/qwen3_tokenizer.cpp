@@ -14,10 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/hash.h"
+#include "config/hash.h"
+#include "config/input_error.h"
 #include "data/qwen3_split.h"
 #include "data/unicode_text.h"
-#include "launch/input_error.h"
 
 namespace deepen {
 namespace {

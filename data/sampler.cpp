@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "data/hash.h"
+#include "config/hash.h"
 
 namespace deepen {
 namespace {

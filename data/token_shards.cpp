@@ -12,8 +12,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "data/hash.h"
-#include "launch/input_error.h"
+#include "config/hash.h"
+#include "config/input_error.h"
 
 namespace deepen {
 namespace {

@@ -3,10 +3,10 @@
 
 #include <array>
 
-#include "data/hash.h"
+#include "config/hash.h"
+#include "config/input_error.h"
 #include "data/qwen3_tokenizer.h"
 #include "data/unicode_text.h"
-#include "launch/input_error.h"
 
 namespace deepen {
 namespace {

@@ -14,15 +14,6 @@ constexpr int kTagPayload = 12;
 constexpr int kTagIndices = 13;
 enum Payload : int64_t { kFullF32 = 0, kFullBF16 = 1, kTopk = 2 };
 
-const char* kind_name(BatchKind k) {
-  switch (k) {
-    case BatchKind::kTrain: return "train";
-    case BatchKind::kEval: return "eval";
-    case BatchKind::kDiagnostic: return "diagnostic";
-  }
-  return "?";
-}
-
 }  // namespace
 
 std::string ChannelFormat::describe() const {
@@ -34,16 +25,11 @@ ChannelFormat channel_format(const DistillConfig& d) {
   ChannelFormat f;
   f.topk = d.logits == "topk";
   f.k = d.topk;
-  f.bf16_values = d.channel_dtype == "bf16";
+  f.bf16_values = d.channel_dtype == FloatDtype::kBf16;
   f.tail = distill_loss_options(d).tail;
   f.temperature = d.temperature;
   f.vocab_chunk = d.vocab_chunk;
   return f;
-}
-
-std::string ItemKey::describe() const {
-  return std::string(kind_name(kind)) + " step " + std::to_string(step) + " student " + std::to_string(student) +
-         (kind == BatchKind::kTrain ? " micro " : " batch ") + std::to_string(index);
 }
 
 struct LogitChannelSender::InFlight {
@@ -69,7 +55,7 @@ LogitChannelSender::~LogitChannelSender() {
   }
 }
 
-void LogitChannelSender::send(const ItemKey& key, uint64_t checksum, const at::Tensor& logits) {
+void LogitChannelSender::send(const BatchKey& key, uint64_t checksum, const at::Tensor& logits) {
   while (static_cast<int64_t>(in_flight_.size()) >= max_in_flight_) {
     in_flight_.front()->wait();
     in_flight_.pop_front();
@@ -132,8 +118,8 @@ TeacherTargets ChannelTeacherSource::targets(const MicroBatch& batch) {
   channel_.recv(wire_header, 0, kTagHeader);
   const at::Tensor header = wire_header.to(at::kCPU);  // the host reads it (a no-op for MPI)
   const int64_t* h = header.data_ptr<int64_t>();
-  const ItemKey mine{batch.kind, batch.step, batch.student, batch.index};
-  const ItemKey theirs{static_cast<BatchKind>(h[1]), h[2], h[3], h[4]};
+  const BatchKey mine{batch.kind, batch.step, batch.student, batch.index};
+  const BatchKey theirs{static_cast<BatchKind>(h[1]), h[2], h[3], h[4]};
   const int64_t rows = batch.inputs.numel();
   if (h[0] != kMagic)
     throw CommError("logit channel: rank " + std::to_string(student_rank_) + " got a corrupt header from teacher rank " +

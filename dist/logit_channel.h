@@ -9,7 +9,8 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "launch/config.h"
+#include "config/config.h"
+#include "train/batch_order.h"
 #include "train/teacher_source.h"
 
 namespace deepen {
@@ -41,15 +42,6 @@ ChannelFormat channel_format(const DistillConfig& distill);
 
 inline constexpr int kHeaderWords = 8;
 
-// Identifies one micro-batch on the wire; both sides derive it from the schedule.
-struct ItemKey {
-  BatchKind kind = BatchKind::kTrain;
-  int64_t step = 0;
-  int64_t student = 0;
-  int64_t index = 0;
-  std::string describe() const;  // "train step 12 student 1 micro 0"
-};
-
 // Teacher side. send() returns once the message is queued; at most max_in_flight micro-batches
 // are outstanding (older ones are waited for first): back-pressure on a teacher that runs ahead.
 class LogitChannelSender {
@@ -57,7 +49,7 @@ class LogitChannelSender {
   LogitChannelSender(Communicator& channel, ChannelFormat format, int first_student, int64_t max_in_flight);
   ~LogitChannelSender();
   // logits [N, V] of `key`'s ids (checksum), to that student.
-  void send(const ItemKey& key, uint64_t checksum, const at::Tensor& logits);
+  void send(const BatchKey& key, uint64_t checksum, const at::Tensor& logits);
   void flush();
   int64_t bytes_sent() const { return bytes_; }
 

@@ -6,8 +6,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "launch/config.h"
-#include "launch/input_error.h"
+#include "config/config.h"
+#include "config/input_error.h"
 #include "model/layer_split.h"
 
 namespace deepen {

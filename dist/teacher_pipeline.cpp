@@ -9,8 +9,9 @@
 #include "dist/communicator.h"
 #include "dist/rank_layout.h"
 #include "model/teacher_stage.h"
+#include "model/torch_dtype.h"
+#include "train/batch_order.h"
 #include "train/batch_source.h"
-#include "train/eval_schedule.h"
 
 namespace deepen {
 namespace {
@@ -23,27 +24,13 @@ struct Hop {
   std::unique_ptr<Request> header_req, activation_req;
 };
 
-at::ScalarType activation_dtype(const Config& cfg) {
-  return cfg.parallel.activation_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
-}
-
 }  // namespace
 
-std::vector<ItemKey> pipeline_items(const Config& cfg, const GrowthSchedule& schedule, const RankLayout& layout,
-                                    int pipeline, int64_t step) {
+std::vector<BatchKey> pipeline_items(const Config& cfg, const GrowthSchedule& schedule, const RankLayout& layout,
+                                     int pipeline, int64_t step) {
   const int per = layout.students_per_pipeline();
-  const int first = pipeline * per;
-  std::vector<ItemKey> items;
-  for (int s = first; s < first + per; ++s) {
-    for (int64_t m = 0; m < cfg.parallel.grad_accum; ++m) items.push_back({BatchKind::kTrain, step, s, m});
-  }
-  if (is_eval_step(cfg, schedule, step)) {
-    for (int64_t b = 0; b < cfg.eval.batches; ++b) {
-      const int64_t owner = eval_batch_owner(b, layout.students);
-      if (owner >= first && owner < first + per) items.push_back({BatchKind::kEval, step, owner, b});
-    }
-  }
-  return items;
+  const BatchCounts counts{layout.students, cfg.parallel.grad_accum, cfg.eval.batches};
+  return step_batches(counts, step, is_eval_step(cfg, schedule, step), int64_t{pipeline} * per, per);
 }
 
 TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
@@ -55,7 +42,7 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
   const GrowthSchedule schedule = make_growth_schedule(cfg);
   const int64_t batch = cfg.parallel.micro_batch, seq = cfg.data.seq_len;
   const int64_t hidden = run.stage->config().hidden_size;
-  const at::ScalarType wire = activation_dtype(cfg);
+  const at::ScalarType wire = to_scalar_type(cfg.parallel.activation_dtype);
   const int64_t max_in_flight = cfg.parallel.max_in_flight;
   // Messages between stages live on the pipeline communicator's device (NCCL: the GPU; MPI: host
   // memory, staged to and from the stage's device); the stage's forward moves its input itself.
@@ -73,12 +60,11 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
   stats.steps_done = run.first_step;
   for (int64_t step = run.first_step; step < run.end_step; ++step) {
     if (run.stop_at && run.stop_at(step)) break;
-    for (const ItemKey& key : pipeline_items(cfg, schedule, *run.layout, me.pipeline, step)) {
+    for (const BatchKey& key : pipeline_items(cfg, schedule, *run.layout, me.pipeline, step)) {
       at::Tensor input;
       uint64_t checksum = 0;
       if (first) {
-        const MicroBatch mb = key.kind == BatchKind::kTrain ? run.batches->train(key.step, key.student, key.index)
-                                                            : run.batches->eval(key.index);
+        const MicroBatch mb = run.batches->get(key);
         input = mb.inputs;
         checksum = mb.checksum;
       } else {

@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
+#include "config/config.h"
 #include "curriculum/growth_schedule.h"
 #include "dist/logit_channel.h"
-#include "launch/config.h"
 
 namespace deepen {
 
@@ -18,16 +18,11 @@ class Communicator;
 class TeacherStage;
 struct RankLayout;
 
-// The micro-batches pipeline `pipeline` produces after the students' `step`-th optimizer step has
-// been fed, in production order: first every train micro-batch of the step (student-major, then
-// micro-batch), then, if an eval follows the step, the eval batches its students own.
-// Example: T = 1, S = 2, grad_accum = 2, eval after step 3 with eval.batches = 3:
-//   step 3 -> train (3, s0, m0) (3, s0, m1) (3, s1, m0) (3, s1, m1), eval (3, s0, b0) (3, s1, b1) (3, s0, b2)
-// Each student consumes its own items in this order, and every item of step k is produced before
-// any of step k+1, so a student waiting in step k's all-reduce never waits on an item the teacher
-// holds back: no deadlock, whatever the students' relative speed.
-std::vector<ItemKey> pipeline_items(const Config& cfg, const GrowthSchedule& schedule, const RankLayout& layout,
-                                    int pipeline, int64_t step);
+// The micro-batches pipeline `pipeline` produces for the students' optimizer step `step`, in
+// production order: train/batch_order.h's step_batches for the students it serves (see the worked
+// example there); each of those students consumes its own sub-list in the same order.
+std::vector<BatchKey> pipeline_items(const Config& cfg, const GrowthSchedule& schedule, const RankLayout& layout,
+                                     int pipeline, int64_t step);
 
 struct TeacherStageRun {
   Config cfg;

@@ -4,9 +4,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "config/input_error.h"
 #include "launch/command_line.h"
-#include "launch/demo.h"
-#include "launch/input_error.h"
+#include "study/demo.h"
 
 namespace deepen {
 

@@ -6,8 +6,8 @@
 #include <CLI/CLI.hpp>
 
 #include "launch/command_line.h"
-#include "launch/compute_threads.h"
 #include "model/model_tasks.h"
+#include "train/compute_threads.h"
 
 namespace deepen {
 
@@ -24,11 +24,13 @@ void register_forward_command(CLI::App& app) {
                   "run on its own, so lengths may differ)")
       ->required();
   cmd->add_option("--out", request->out_path, "output .safetensors")->required();
-  cmd->add_option("--dtype", request->dtype, "compute dtype")->check(CLI::IsMember({"fp32", "bf16"}));
+  auto dtype = std::make_shared<std::string>("fp32");
+  cmd->add_option("--dtype", *dtype, "compute dtype: fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--device", request->device, "auto | cpu | cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--threads", *threads, "CPU intra-op threads (0 = all cores of this process)");
-  cmd->callback([request, threads] {
+  cmd->callback([request, threads, dtype] {
+    request->dtype = parse_float_dtype(*dtype, "--dtype");
     set_compute_threads(*threads);
     const ForwardSummary s = run_forward(*request);
     std::cout << "deepen forward: " << s.sequences << " sequences, " << s.tokens << " tokens, vocab "

@@ -7,9 +7,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include "config/input_error.h"
 #include "launch/command_line.h"
-#include "launch/cost_model.h"
-#include "launch/input_error.h"
+#include "plan/cost_model.h"
+#include "run_folder/run_folder.h"
 
 namespace deepen {
 namespace {
@@ -89,7 +90,7 @@ void register_plan_command(CLI::App& app) {
       const int64_t cores = o->cores > 0 ? o->cores : std::max(1u, std::thread::hardware_concurrency());
       const int64_t ranks = T * P + S;
       // The calibration run's own shapes and threads set the FLOPs its measured rate stands for.
-      const Config cal = load_config(o->calibrate + "/config.toml");
+      const Config cal = load_config(RunFolder(o->calibrate).config_toml());
       const int64_t threads = cal.run.threads > 0 ? cal.run.threads : cores;
       c = calibrate_cpu(plan_input_from_config(cal), measured_tokens_per_s(o->calibrate), threads, cores, ranks, o->p2p_bw);
       c.threads_per_rank = o->threads;

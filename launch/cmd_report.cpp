@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "launch/command_line.h"
-#include "launch/report.h"
+#include "report/report.h"
 
 namespace deepen {
 

@@ -7,9 +7,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "config/input_error.h"
 #include "launch/command_line.h"
-#include "launch/input_error.h"
-#include "launch/study.h"
+#include "study/study.h"
 
 namespace deepen {
 namespace {

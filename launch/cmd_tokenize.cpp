@@ -7,9 +7,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "config/input_error.h"
 #include "data/tokenizer.h"
 #include "launch/command_line.h"
-#include "launch/input_error.h"
 
 namespace deepen {
 

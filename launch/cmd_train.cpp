@@ -5,8 +5,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "config/input_error.h"
 #include "launch/command_line.h"
-#include "launch/input_error.h"
 #include "launch/student_job.h"
 
 namespace deepen {

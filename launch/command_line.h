@@ -6,7 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "launch/config.h"
+#include "config/config.h"
 
 namespace deepen {
 

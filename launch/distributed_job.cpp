@@ -3,6 +3,7 @@
 #include <iostream>
 #include <memory>
 
+#include "config/input_error.h"
 #include "curriculum/growth_schedule.h"
 #include "data/tokenizer.h"
 #include "dist/comm_student_group.h"
@@ -10,14 +11,14 @@
 #include "dist/logit_channel.h"
 #include "dist/mpi_session.h"
 #include "dist/rank_layout.h"
+#include "dist/run_device.h"
 #include "dist/teacher_pipeline.h"
-#include "launch/checkpoint_store.h"
-#include "launch/compute_threads.h"
-#include "launch/input_error.h"
 #include "launch/job_control.h"
-#include "launch/run_device.h"
 #include "launch/student_job.h"
 #include "model/teacher_stage.h"
+#include "model/torch_dtype.h"
+#include "run_folder/checkpoint_store.h"
+#include "train/compute_threads.h"
 #include "train/shard_batch_source.h"
 #include "train/student_trainer.h"
 
@@ -123,7 +124,7 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
     }
     run.stage = TeacherStage::load(cfg.teacher.checkpoint, me.first_layer, me.last_layer, me.stage == 0,
                                    me.stage == layout.teacher_stages - 1,
-                                   cfg.teacher.dtype == "bf16" ? at::kBFloat16 : at::kFloat, device);
+                                   to_scalar_type(cfg.teacher.dtype), device);
     run.first_step = steps_done;
     run.end_step = end_step;
     run.stop_at = [&control](int64_t s) { return control.stop_at(s); };

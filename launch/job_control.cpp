@@ -12,6 +12,7 @@
 
 #include "dist/communicator.h"
 #include "dist/control/control_plane.h"
+#include "run_folder/run_folder.h"
 #include "train/student_trainer.h"
 
 namespace deepen {
@@ -44,7 +45,7 @@ JobControl::JobControl(const Config& cfg, int rank, int world_size, const std::v
   } else if (rank == 0) {
     const control::Secret s = control::generate_secret();
     fs::create_directories(cfg.run.out_dir);
-    control::write_secret_file((fs::path(cfg.run.out_dir) / "control.secret").string(), s);
+    control::write_secret_file(RunFolder(cfg.run.out_dir).control_secret(), s);
     secret_bytes.assign(reinterpret_cast<const char*>(s.data()), s.size());
   }
   share(world, secret_bytes);

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "launch/config.h"
+#include "config/config.h"
 
 namespace deepen {
 

@@ -4,8 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "config/input_error.h"
 #include "launch/command_line.h"
-#include "launch/input_error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"deepen: distil a Qwen3 teacher into a student that grows in depth"};

@@ -7,12 +7,13 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>
 
+#include "config/input_error.h"
 #include "curriculum/growth_schedule.h"
 #include "data/tokenizer.h"
-#include "launch/input_error.h"
+#include "dist/run_device.h"
 #include "launch/job_control.h"
-#include "launch/run_device.h"
 #include "model/teacher_stage.h"
+#include "model/torch_dtype.h"
 #include "train/shard_batch_source.h"
 #include "train/student_group.h"
 #include "train/student_trainer.h"
@@ -32,7 +33,7 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
   if (distill) {
     const int64_t layers = check_teacher_checkpoint(cfg, vocab, *tokenizer);
     auto stage = TeacherStage::load(cfg.teacher.checkpoint, 0, static_cast<int>(layers), true, true,
-                                    cfg.teacher.dtype == "bf16" ? at::kBFloat16 : at::kFloat, device);
+                                    to_scalar_type(cfg.teacher.dtype), device);
     const DistillLossOptions lo = distill_loss_options(cfg.distill);
     teacher = std::make_unique<LocalTeacher>(stage, cfg.distill.logits == "topk" ? cfg.distill.topk : 0,
                                              cfg.distill.temperature, lo.tail, cfg.distill.vocab_chunk);

@@ -7,7 +7,7 @@
 
 #include <c10/core/Device.h>
 
-#include "launch/config.h"
+#include "config/config.h"
 
 namespace deepen {
 

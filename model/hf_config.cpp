@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "launch/input_error.h"
+#include "config/input_error.h"
 
 namespace deepen {
 

@@ -3,7 +3,7 @@
 
 #include <charconv>
 
-#include "launch/input_error.h"
+#include "config/input_error.h"
 
 namespace deepen {
 

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "launch/input_error.h"
+#include "config/input_error.h"
 
 namespace deepen {
 

@@ -9,11 +9,12 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 
-#include "launch/input_error.h"
+#include "config/input_error.h"
 #include "model/hf_config.h"
 #include "model/student_io.h"
 #include "model/teacher_stage.h"
 #include "model/tensor_bridge.h"
+#include "model/torch_dtype.h"
 
 namespace deepen {
 
@@ -66,14 +67,7 @@ std::string read_file(const std::string& path) {
 }  // namespace
 
 ForwardSummary run_forward(const ForwardRequest& request) {
-  at::ScalarType dtype;
-  if (request.dtype == "fp32") {
-    dtype = at::kFloat;
-  } else if (request.dtype == "bf16") {
-    dtype = at::kBFloat16;
-  } else {
-    throw InputError("--dtype: must be fp32 or bf16, got \"" + request.dtype + "\"");
-  }
+  const at::ScalarType dtype = to_scalar_type(request.dtype);
   const at::Device device = pick_device(request.device);
   const Qwen3Config config = read_qwen3_config(request.model_dir + "/config.json");
   const auto sequences = parse_id_lines(read_file(request.ids_path), request.ids_path, config.vocab_size);
@@ -89,7 +83,7 @@ ForwardSummary run_forward(const ForwardRequest& request) {
     summary.tokens += static_cast<int64_t>(ids.size());
   }
   write_tensors(request.out_path, outputs,
-                {{"model", request.model_dir}, {"ids", request.ids_path}, {"dtype", request.dtype}});
+                {{"model", request.model_dir}, {"ids", request.ids_path}, {"dtype", float_dtype_name(request.dtype)}});
   summary.sequences = static_cast<int64_t>(sequences.size());
   summary.vocab_size = config.vocab_size;
   summary.device = device.str();

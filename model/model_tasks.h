@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "config/float_dtype.h"
+
 namespace deepen {
 
 // Token ids from text: one sequence per non-blank line, ids separated by whitespace. Throws
@@ -18,7 +20,7 @@ struct ForwardRequest {
   std::string model_dir;      // Hugging Face Qwen3 folder
   std::string ids_path;       // text file for parse_id_lines
   std::string out_path;       // .safetensors to write
-  std::string dtype = "fp32"; // "fp32" | "bf16" compute dtype
+  FloatDtype dtype = FloatDtype::kFp32;  // compute dtype
   std::string device = "auto";  // "auto" (CUDA if present) | "cpu" | "cuda"
 };
 

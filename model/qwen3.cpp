@@ -7,7 +7,7 @@
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
-#include "launch/input_error.h"
+#include "config/input_error.h"
 #include "model/fused_kernels.h"
 
 namespace deepen {

@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "launch/input_error.h"
+#include "config/input_error.h"
 
 namespace deepen {
 

@@ -1,13 +1,14 @@
 // GrowableStudent: construction, deterministic init, growth, freezing, checksum and forward paths.
 #include "model/student.h"
+#include "model/torch_dtype.h"
 
 #include <cstring>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "launch/config.h"
-#include "launch/input_error.h"
+#include "config/config.h"
+#include "config/input_error.h"
 
 namespace deepen {
 namespace {
@@ -69,13 +70,7 @@ StudentSpec student_spec_from_config(const StudentConfig& cfg, int64_t vocab_siz
   spec.max_depth = cfg.layers;
   spec.norm = parse_norm_placement(cfg.norm, "student.norm");
   spec.tie_embeddings = cfg.tie_embeddings;
-  if (cfg.dtype == "fp32") {
-    spec.dtype = at::kFloat;
-  } else if (cfg.dtype == "bf16") {
-    spec.dtype = at::kBFloat16;
-  } else {
-    throw InputError("student.dtype: must be \"fp32\" or \"bf16\", got \"" + cfg.dtype + "\"");
-  }
+  spec.dtype = to_scalar_type(cfg.dtype);
   return spec;
 }
 

@@ -9,10 +9,11 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
-#include "launch/input_error.h"
+#include "config/input_error.h"
 #include "model/hf_names.h"
 #include "model/safetensors.h"
 #include "model/tensor_bridge.h"
+#include "model/torch_dtype.h"
 
 namespace deepen {
 namespace {
@@ -22,8 +23,6 @@ constexpr const char* kFormat = "deepen-student-v1";
 std::string hf_name(const std::string& name) {
   return name.rfind("lm_head.", 0) == 0 ? name : "model." + name;
 }
-
-const char* dtype_word(at::ScalarType t) { return t == at::kBFloat16 ? "bf16" : "fp32"; }
 
 nlohmann::json spec_json(const GrowableStudent& s) {
   const StudentSpec& spec = s.spec();
@@ -39,7 +38,7 @@ nlohmann::json spec_json(const GrowableStudent& s) {
           {"max_depth", spec.max_depth},
           {"norm", norm_placement_name(spec.norm)},
           {"tie_embeddings", spec.tie_embeddings},
-          {"dtype", dtype_word(spec.dtype)},
+          {"dtype", float_dtype_name(float_dtype_of(spec.dtype))},
           {"depth", s.depth()},
           {"seed", s.seed()}};
 }
@@ -100,7 +99,7 @@ std::shared_ptr<GrowableStudent> load_student(const std::string& path, at::Devic
     spec.max_depth = j.at("max_depth");
     spec.norm = parse_norm_placement(j.at("norm").get<std::string>(), path + ": metadata student.norm");
     spec.tie_embeddings = j.at("tie_embeddings");
-    spec.dtype = j.at("dtype").get<std::string>() == "bf16" ? at::kBFloat16 : at::kFloat;
+    spec.dtype = to_scalar_type(parse_float_dtype(j.at("dtype").get<std::string>(), path + ": metadata student.dtype"));
     depth = j.at("depth");
     seed = j.at("seed");
   } catch (const nlohmann::json::exception& e) {

@@ -3,7 +3,7 @@
 
 #include <ATen/ATen.h>
 
-#include "launch/input_error.h"
+#include "config/input_error.h"
 #include "model/hf_names.h"
 #include "model/safetensors.h"
 #include "model/tensor_bridge.h"

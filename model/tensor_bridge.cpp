@@ -6,7 +6,7 @@
 
 #include <ATen/ATen.h>
 
-#include "launch/input_error.h"
+#include "config/input_error.h"
 
 namespace deepen {
 

@@ -19,6 +19,15 @@ class BatchSource {
   virtual int64_t eval_batches() const = 0;
   // The fixed diagnostic batch.
   virtual MicroBatch diagnostic() const = 0;
+
+  // The micro-batch `key` names (an eval batch carries the key's step and student).
+  MicroBatch get(const BatchKey& key) const {
+    if (key.kind == BatchKind::kTrain) return train(key.step, key.student, key.index);
+    MicroBatch mb = key.kind == BatchKind::kEval ? eval(key.index) : diagnostic();
+    mb.step = key.step;
+    mb.student = key.student;
+    return mb;
+  }
 };
 
 }  // namespace deepen

@@ -7,7 +7,7 @@
 #include <limits>
 #include <string>
 
-#include "launch/input_error.h"
+#include "config/input_error.h"
 
 namespace deepen {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "launch/config.h"
+#include "config/config.h"
 
 namespace deepen {
 

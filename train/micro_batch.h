@@ -5,13 +5,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "train/batch_order.h"
+
 namespace deepen {
 
-// Every rank can rebuild any micro-batch from (kind, step, student, index) through the sampler, so
-// a teacher never has to be told which sequences to run: it derives them, and sends the checksum
-// of the ids it used with its logits so the student can prove both sides agree.
-enum class BatchKind : uint8_t { kTrain = 0, kEval = 1, kDiagnostic = 2 };
-
+// The ids of one BatchKey (train/batch_order.h), rebuilt by any rank through the sampler.
 struct MicroBatch {
   BatchKind kind = BatchKind::kTrain;
   int64_t step = 0;     // optimizer step (train) or the step the eval runs after
@@ -22,7 +20,7 @@ struct MicroBatch {
   uint64_t checksum = 0;  // ids_checksum(inputs)
 };
 
-// hash64 (data/hash.h) of the int64 ids, moved to a contiguous CPU tensor: what a logit channel checks.
+// hash64 (config/hash.h) of the int64 ids, moved to a contiguous CPU tensor: what a logit channel checks.
 uint64_t ids_checksum(const at::Tensor& ids);
 
 }  // namespace deepen

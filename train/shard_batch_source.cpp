@@ -1,14 +1,21 @@
-// Micro-batches from token shards through the deterministic sampler.
+// Micro-batches from token shards through the deterministic sampler, and the ids checksum they carry.
 #include "train/shard_batch_source.h"
 
 #include <ATen/ATen.h>
 
+#include "config/hash.h"
+#include "config/input_error.h"
 #include "data/sampler.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
-#include "launch/input_error.h"
 
 namespace deepen {
+
+uint64_t ids_checksum(const at::Tensor& ids) {
+  const at::Tensor c = ids.to(at::kCPU, at::kLong).contiguous();
+  return hash64(c.data_ptr(), c.nbytes(), 0x746f6b656e73ULL);
+}
+
 namespace {
 
 class ShardBatchSource : public BatchSource {

@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "launch/config.h"
+#include "config/config.h"
 #include "train/batch_source.h"
 
 namespace deepen {

@@ -7,11 +7,11 @@
 #include <optional>
 #include <string>
 
+#include "config/config.h"
 #include "dist/control/agent.h"
 #include "dist/control/coordinator.h"
 #include "dist/control/endpoint.h"
 #include "dist/control/secret.h"
-#include "launch/config.h"
 
 namespace deepen::control {
 

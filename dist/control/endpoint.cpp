@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "launch/input_error.h"
+#include "config/input_error.h"
 
 namespace deepen::control {
 

@@ -13,8 +13,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "config/input_error.h"
 #include "dist/control/sha256.h"
-#include "launch/input_error.h"
 
 namespace deepen::control {
 

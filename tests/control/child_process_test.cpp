@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "config/input_error.h"
 #include "dist/control/control_plane.h"
-#include "launch/input_error.h"
 #include "tests/control/loopback_job.h"
 
 namespace deepen::control {

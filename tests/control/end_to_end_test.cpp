@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "launch/input_error.h"
+#include "config/input_error.h"
 #include "tests/control/control_test_util.h"
 #include "tests/control/loopback_job.h"
 #include "tests/test_paths.h"

@@ -1,8 +1,8 @@
 // The ControlPlane facade the trainer uses: host, connect, report, a coordinated stop, requeue exit.
 #include <gtest/gtest.h>
 
+#include "config/input_error.h"
 #include "dist/control/control_plane.h"
-#include "launch/input_error.h"
 #include "tests/control/control_test_util.h"
 
 namespace deepen::control {

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "config/input_error.h"
 #include "dist/control/control_plane.h"
 #include "dist/control/coordinator.h"
 #include "dist/control/endpoint.h"
@@ -18,7 +19,6 @@
 #include "dist/control/secret.h"
 #include "dist/control/sha256.h"
 #include "dist/control/wire.h"
-#include "launch/input_error.h"
 #include "tests/control/control_test_util.h"
 
 namespace deepen::control {

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "launch/input_error.h"
+#include "config/input_error.h"
 #include "tests/control/loopback_job.h"
 
 namespace deepen::control {

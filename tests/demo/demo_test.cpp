@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "launch/study_process.h"
+#include "study/study_process.h"
 #include "tests/test_paths.h"
 
 namespace deepen {

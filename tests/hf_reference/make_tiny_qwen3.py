@@ -7,7 +7,7 @@ writes, for each case below, OUT/<case>/{config.json, model.safetensors (or shar
 ids.txt, reference.safetensors, reference_bf16.safetensors}. reference.safetensors holds
 transformers' fp32 logits "logits.<i>" [T_i, vocab] for line i of ids.txt (each line run alone), as
 `deepen forward` writes them; reference_bf16 the same with the model in bf16 (stored as F32). The tests
-(tests/torch/qwen3_hf_test.cpp) run this script themselves into the build folder; everything is
+(tests/model/qwen3_hf_test.cpp) run this script themselves into the build folder; everything is
 seeded, so the output is the same on every run. Writes into OUT.tmp.<pid> and renames it to OUT,
 so concurrent test processes never see a half-written folder.
 """

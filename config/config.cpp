@@ -1,0 +1,374 @@
+// Parses, overrides, resolves, validates and prints the run configuration.
+#include "config/config.h"
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "config/hash.h"
+#include "config/input_error.h"
+#include "config/toml_text.h"
+
+namespace deepen {
+namespace {
+
+std::string type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+// Reads one section's keys into its struct; every error names file, section.key and the reason.
+class SectionReader {
+ public:
+  SectionReader(const toml::table* table, std::string source, std::string section)
+      : table_(table), source_(std::move(source)), section_(std::move(section)) {}
+
+  template <class T> void operator()(const char* key, T& field) {
+    known_.insert(key);
+    if (!table_) return;
+    const toml::node* node = table_->get(key);
+    if (!node) return;
+    read(*node, key, field);
+  }
+
+  void reject_unknown_keys() const {
+    if (!table_) return;
+    for (const auto& [k, v] : *table_) {
+      if (!known_.count(std::string(k.str())))
+        throw InputError(where(std::string(k.str())) + ": unknown key" + suggestion());
+    }
+  }
+
+ private:
+  std::string where(const std::string& key) const { return source_ + ": " + section_ + "." + key; }
+  std::string suggestion() const {
+    std::string s = " (known keys:";
+    for (const auto& k : known_) s += " " + k;
+    return s + ")";
+  }
+  [[noreturn]] void wrong(const std::string& key, const std::string& want, const toml::node& n) const {
+    throw InputError(where(key) + ": expected " + want + ", got " + type_name(n));
+  }
+
+  void read(const toml::node& n, const std::string& key, int64_t& out) const {
+    if (auto v = n.as_integer()) { out = v->get(); return; }
+    wrong(key, "an integer", n);
+  }
+  void read(const toml::node& n, const std::string& key, double& out) const {
+    if (auto v = n.as_floating_point()) { out = v->get(); return; }
+    if (auto v = n.as_integer()) { out = static_cast<double>(v->get()); return; }
+    wrong(key, "a number", n);
+  }
+  void read(const toml::node& n, const std::string& key, bool& out) const {
+    if (auto v = n.as_boolean()) { out = v->get(); return; }
+    wrong(key, "true or false", n);
+  }
+  void read(const toml::node& n, const std::string& key, std::string& out) const {
+    if (auto v = n.as_string()) { out = v->get(); return; }
+    wrong(key, "a string", n);
+  }
+  void read(const toml::node& n, const std::string& key, FloatDtype& out) const {
+    std::string text;
+    read(n, key, text);
+    out = parse_float_dtype(text, where(key));
+  }
+  template <class T> void read(const toml::node& n, const std::string& key, std::vector<T>& out) const {
+    const toml::array* arr = n.as_array();
+    if (!arr) wrong(key, "an array", n);
+    std::vector<T> result;
+    for (size_t i = 0; i < arr->size(); ++i) {
+      T item{};
+      read((*arr)[i], key + "[" + std::to_string(i) + "]", item);
+      result.push_back(std::move(item));
+    }
+    out = std::move(result);
+  }
+
+  const toml::table* table_;
+  std::string source_;
+  std::string section_;
+  std::set<std::string> known_;
+};
+
+// Applies one "section.key=value" override to the parsed table. The value is TOML ("3e-4",
+// "[1, 2]", "true", "\"x\""); anything that does not parse as TOML is taken as a bare string.
+void apply_override(toml::table& root, const std::string& item) {
+  const auto eq = item.find('=');
+  const auto dot = item.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+    throw InputError("--set " + item + ": expected section.key=value");
+  const std::string section = item.substr(0, dot);
+  const std::string key = item.substr(dot + 1, eq - dot - 1);
+  const std::string value = item.substr(eq + 1);
+  if (section.empty() || key.empty()) throw InputError("--set " + item + ": expected section.key=value");
+  toml::node_view<toml::node> sec = root[section];
+  if (!sec) {
+    root.insert(section, toml::table{});
+  } else if (!sec.is_table()) {
+    throw InputError("--set " + item + ": " + section + " is not a section");
+  }
+  toml::table& tbl = *root[section].as_table();
+  try {
+    toml::table parsed = toml::parse("v = " + value);
+    parsed.get("v")->visit([&](auto&& node) { tbl.insert_or_assign(key, node); });
+  } catch (const toml::parse_error&) {
+    tbl.insert_or_assign(key, value);
+  }
+}
+
+// Fills in what defaults to other fields (joint stages = [layers], grow stages = 1..layers).
+void resolve(Config& cfg) {
+  auto& cur = cfg.curriculum;
+  if (cur.stages.empty()) {
+    if (cur.mode == "joint") {
+      cur.stages = {cfg.student.layers};
+    } else {
+      for (int64_t d = 1; d <= cfg.student.layers; ++d) cur.stages.push_back(d);
+    }
+  }
+}
+
+std::string format_double(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
+  std::string s(buf, end);
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  return s;
+}
+
+// Prints one section in declaration order.
+class SectionWriter {
+ public:
+  explicit SectionWriter(std::ostringstream& out) : out_(out) {}
+  void operator()(const char* key, const int64_t& v) { out_ << key << " = " << v << "\n"; }
+  void operator()(const char* key, const double& v) { out_ << key << " = " << format_double(v) << "\n"; }
+  void operator()(const char* key, const bool& v) { out_ << key << " = " << (v ? "true" : "false") << "\n"; }
+  void operator()(const char* key, const std::string& v) { out_ << key << " = " << toml_quote(v) << "\n"; }
+  void operator()(const char* key, const FloatDtype& v) { (*this)(key, std::string(float_dtype_name(v))); }
+  template <class T> void operator()(const char* key, const std::vector<T>& v) {
+    out_ << key << " = [";
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i) out_ << ", ";
+      out_ << item(v[i]);
+    }
+    out_ << "]\n";
+  }
+
+ private:
+  static std::string item(int64_t v) { return std::to_string(v); }
+  static std::string item(double v) { return format_double(v); }
+  static std::string item(const std::string& v) { return toml_quote(v); }
+  std::ostringstream& out_;
+};
+
+// Validation helpers: each names the key and the rule.
+struct Checker {
+  const Config& cfg;
+  [[noreturn]] void fail(const std::string& key, const std::string& why) const {
+    throw InputError(cfg.source + ": " + key + ": " + why);
+  }
+  void positive(const std::string& key, double v) const {
+    if (!(v > 0)) fail(key, "must be > 0, got " + format_double(v));
+  }
+  void at_least(const std::string& key, int64_t v, int64_t lo) const {
+    if (v < lo) fail(key, "must be >= " + std::to_string(lo) + ", got " + std::to_string(v));
+  }
+  void one_of(const std::string& key, const std::string& v, std::initializer_list<const char*> allowed) const {
+    std::string list;
+    for (const char* a : allowed) {
+      if (v == a) return;
+      list += std::string(list.empty() ? "" : " | ") + "\"" + a + "\"";
+    }
+    fail(key, "must be " + list + ", got \"" + v + "\"");
+  }
+};
+
+}  // namespace
+
+void validate_config(const Config& cfg) {
+  Checker c{cfg};
+  c.at_least("run.threads", cfg.run.threads, 0);
+  c.one_of("run.device", cfg.run.device, {"auto", "cpu", "cuda"});
+  if (cfg.run.out_dir.empty()) c.fail("run.out_dir", "must not be empty");
+
+  const auto& d = cfg.data;
+  if (d.tokenizer != "bytes" && d.tokenizer.rfind("qwen3:", 0) != 0)
+    c.fail("data.tokenizer", "must be \"bytes\" or \"qwen3:<path to tokenizer.json>\", got \"" + d.tokenizer + "\"");
+  c.at_least("data.seq_len", d.seq_len, 2);
+  if (!(d.valid_fraction >= 0 && d.valid_fraction < 1))
+    c.fail("data.valid_fraction", "must be in [0, 1), got " + format_double(d.valid_fraction));
+  c.at_least("data.shard_tokens", d.shard_tokens, 1024);
+  if (d.jsonl_field.empty()) c.fail("data.jsonl_field", "must not be empty");
+  if (d.parquet_text_column.empty()) c.fail("data.parquet_text_column", "must not be empty");
+
+  const auto& s = cfg.student;
+  c.at_least("student.layers", s.layers, 1);
+  c.at_least("student.hidden", s.hidden, 1);
+  c.at_least("student.heads", s.heads, 1);
+  c.at_least("student.kv_heads", s.kv_heads, 1);
+  c.at_least("student.head_dim", s.head_dim, 2);
+  c.at_least("student.intermediate", s.intermediate, 1);
+  c.at_least("student.vocab_size", s.vocab_size, 0);
+  if (s.heads % s.kv_heads != 0)
+    c.fail("student.heads", "must be a multiple of student.kv_heads = " + std::to_string(s.kv_heads) +
+                                ", got " + std::to_string(s.heads));
+  if (s.head_dim % 2 != 0) c.fail("student.head_dim", "must be even (RoPE rotates pairs), got " + std::to_string(s.head_dim));
+  c.one_of("student.norm", s.norm, {"pre", "post"});
+  c.positive("student.rope_theta", s.rope_theta);
+  c.positive("student.rms_eps", s.rms_eps);
+
+  const auto& cur = cfg.curriculum;
+  c.one_of("curriculum.mode", cur.mode, {"joint", "grow"});
+  for (size_t i = 0; i < cur.stages.size(); ++i) {
+    if (cur.stages[i] < 1) c.fail("curriculum.stages", "depths must be >= 1, got " + std::to_string(cur.stages[i]));
+    if (i && cur.stages[i] <= cur.stages[i - 1])
+      c.fail("curriculum.stages", "must be strictly increasing, got " + std::to_string(cur.stages[i - 1]) +
+                                      " then " + std::to_string(cur.stages[i]));
+  }
+  if (cur.stages.back() != s.layers)
+    c.fail("curriculum.stages", "must end at student.layers = " + std::to_string(s.layers) + ", got " +
+                                    std::to_string(cur.stages.back()));
+  if (cur.mode == "joint" && cur.stages.size() != 1)
+    c.fail("curriculum.stages", "a joint run has one stage, got " + std::to_string(cur.stages.size()));
+  const int budgets = !cur.stage_tokens.empty() + !cur.stage_steps.empty() + !cur.budget.empty();
+  // None is fine for jobs that do not train (prep, plan); the trainer's schedule requires one.
+  if (budgets > 1)
+    c.fail("curriculum", "give only one of stage_tokens, stage_steps or budget");
+  if (!cur.stage_tokens.empty() && cur.stage_tokens.size() != cur.stages.size())
+    c.fail("curriculum.stage_tokens", "needs one entry per stage (" + std::to_string(cur.stages.size()) +
+                                          "), got " + std::to_string(cur.stage_tokens.size()));
+  for (const auto& t : cur.stage_tokens) {
+    try {
+      if (parse_count(t) <= 0) c.fail("curriculum.stage_tokens", "must be > 0, got \"" + t + "\"");
+    } catch (const std::invalid_argument& e) {
+      c.fail("curriculum.stage_tokens", e.what());
+    }
+  }
+  if (!cur.stage_steps.empty() && cur.stage_steps.size() != cur.stages.size())
+    c.fail("curriculum.stage_steps", "needs one entry per stage (" + std::to_string(cur.stages.size()) +
+                                         "), got " + std::to_string(cur.stage_steps.size()));
+  for (int64_t st : cur.stage_steps) c.at_least("curriculum.stage_steps", st, 1);
+  if (!cur.budget.empty()) {
+    if (cur.budget.rfind("active_layer_tokens:", 0) != 0 || cur.budget.size() == 20)
+      c.fail("curriculum.budget", "must be \"active_layer_tokens:<run dir>\", got \"" + cur.budget + "\"");
+    if (cur.mode != "joint") c.fail("curriculum.budget", "only a joint run takes its budget from another run");
+  }
+  c.one_of("curriculum.grow_init", cur.grow_init, {"random", "copy_last", "identity"});
+  if (cur.grow_init == "identity" && s.norm == "post")
+    c.fail("curriculum.grow_init",
+           "\"identity\" is not function-preserving for student.norm = \"post\" (the appended block "
+           "re-normalizes its input); use \"random\" or \"copy_last\"");
+  if (cur.freeze_prefix && cur.mode != "grow") c.fail("curriculum.freeze_prefix", "needs mode = \"grow\"");
+  c.at_least("curriculum.rewarmup_steps", cur.rewarmup_steps, 0);
+
+  const auto& di = cfg.distill;
+  if (!(di.alpha >= 0 && di.alpha <= 1)) c.fail("distill.alpha", "must be in [0, 1], got " + format_double(di.alpha));
+  c.positive("distill.temperature", di.temperature);
+  c.one_of("distill.logits", di.logits, {"full", "topk"});
+  c.at_least("distill.topk", di.topk, 1);
+  c.one_of("distill.tail", di.tail, {"renormalize", "bucket"});
+  c.at_least("distill.vocab_chunk", di.vocab_chunk, 1);
+
+  const auto& o = cfg.optim;
+  c.positive("optim.lr", o.lr);
+  if (!(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1))
+    c.fail("optim.min_lr_ratio", "must be in [0, 1], got " + format_double(o.min_lr_ratio));
+  if (o.weight_decay < 0) c.fail("optim.weight_decay", "must be >= 0");
+  if (o.betas.size() != 2) c.fail("optim.betas", "needs two values, got " + std::to_string(o.betas.size()));
+  for (double b : o.betas)
+    if (!(b >= 0 && b < 1)) c.fail("optim.betas", "each must be in [0, 1), got " + format_double(b));
+  c.positive("optim.eps", o.eps);
+  c.at_least("optim.warmup_steps", o.warmup_steps, 0);
+  c.one_of("optim.schedule", o.schedule, {"cosine", "constant"});
+  if (o.grad_clip < 0) c.fail("optim.grad_clip", "must be >= 0 (0 = off)");
+
+  const auto& p = cfg.parallel;
+  c.at_least("parallel.teacher_pipelines", p.teacher_pipelines, 1);
+  c.at_least("parallel.teacher_stages", p.teacher_stages, 1);
+  c.at_least("parallel.students", p.students, 1);
+  c.at_least("parallel.micro_batch", p.micro_batch, 1);
+  c.at_least("parallel.grad_accum", p.grad_accum, 1);
+  c.at_least("parallel.max_in_flight", p.max_in_flight, 1);
+  if (p.students % p.teacher_pipelines != 0)
+    c.fail("parallel.students", "must be a multiple of parallel.teacher_pipelines = " +
+                                    std::to_string(p.teacher_pipelines) + ", got " + std::to_string(p.students));
+  c.one_of("parallel.backend", p.backend, {"auto", "mpi", "nccl"});
+
+  c.at_least("eval.every", cfg.eval.every, 1);
+  c.at_least("eval.batches", cfg.eval.batches, 1);
+  c.at_least("eval.diagnostics_every", cfg.eval.diagnostics_every, 0);
+  c.at_least("eval.diagnostic_batch", cfg.eval.diagnostic_batch, 1);
+  c.at_least("checkpoint.every", cfg.checkpoint.every, 0);
+  c.at_least("checkpoint.keep", cfg.checkpoint.keep, 1);
+
+  const auto& ct = cfg.control;
+  c.positive("control.heartbeat_s", ct.heartbeat_s);
+  if (!(ct.watchdog_s > ct.heartbeat_s))
+    c.fail("control.watchdog_s", "must exceed control.heartbeat_s = " + format_double(ct.heartbeat_s));
+  if (ct.metrics_port < 0 || ct.metrics_port > 65535) c.fail("control.metrics_port", "must be in [0, 65535]");
+  if (ct.coordinator_port < 0 || ct.coordinator_port > 65535) c.fail("control.coordinator_port", "must be in [0, 65535]");
+}
+
+Config parse_config(const std::string& toml_text, const std::string& source,
+                    const std::vector<std::string>& overrides) {
+  toml::table root = parse_toml(toml_text, source);
+  for (const auto& item : overrides) apply_override(root, item);
+
+  Config cfg;
+  cfg.source = source;
+  std::set<std::string> sections;
+  auto read_section = [&](const char* name, auto& section) {
+    sections.insert(name);
+    const toml::node* node = root.get(name);
+    if (node && !node->is_table()) throw InputError(source + ": " + name + ": expected a [section] table");
+    SectionReader reader(node ? node->as_table() : nullptr, source, name);
+    section.visit(reader);
+    reader.reject_unknown_keys();
+  };
+  cfg.visit_sections(read_section);
+  for (const auto& [k, v] : root) {
+    if (!sections.count(std::string(k.str())))
+      throw InputError(source + ": [" + std::string(k.str()) + "]: unknown section");
+  }
+  resolve(cfg);
+  validate_config(cfg);
+  return cfg;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  if (path.empty()) return parse_config("", "<defaults>", overrides);
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot read config file");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path, overrides);
+}
+
+std::string to_toml(const Config& cfg) {
+  std::ostringstream out;
+  auto write_section = [&](const char* name, auto& section) {
+    out << "[" << name << "]\n";
+    SectionWriter writer(out);
+    section.visit(writer);
+    out << "\n";
+  };
+  const_cast<Config&>(cfg).visit_sections(write_section);
+  return out.str();
+}
+
+uint64_t config_hash(const Config& cfg) { return hash64(to_toml(cfg)); }
+
+}  // namespace deepen

@@ -1,0 +1,206 @@
+// Run configuration: one typed struct per TOML section, with defaults, bounds and documentation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/count.h"
+#include "config/float_dtype.h"
+
+namespace deepen {
+
+// Every section lists its fields once, in visit(); parsing, printing and --set all go through it, so
+// the documentation below is the only list of keys there is.
+
+struct RunConfig {
+  std::string name = "run";
+  std::string out_dir = "runs/run";  // resolved config, metrics, eval records and checkpoints go here
+  int64_t seed = 1;                  // model init, sampler and dropout-free training are all seeded by it
+  int64_t threads = 0;               // intra-op CPU threads; 0 = all cores given to this rank
+  std::string device = "auto";       // "auto" | "cpu" | "cuda": where models and batches live; auto = CUDA if visible
+  template <class V> void visit(V& v) {
+    v("name", name); v("out_dir", out_dir); v("seed", seed); v("threads", threads); v("device", device);
+  }
+};
+
+struct DataConfig {
+  std::string tokenizer = "bytes";   // "bytes" | "qwen3:<path to tokenizer.json>"
+  std::string train = "data/train";  // shard folder or glob made by `deepen prep`
+  std::string valid = "data/valid";
+  int64_t seq_len = 256;             // tokens per sequence (targets are the next tokens)
+  // prep only:
+  std::vector<std::string> sources;  // text files, folders, .jsonl or .parquet files to tokenize
+  std::string jsonl_field = "text";  // field holding the document in JSONL sources
+  std::string parquet_text_column = "text";  // column holding the document in parquet sources (FineWeb-Edu: text)
+  // JSONL field or parquet column naming a document (FineWeb-Edu: id): where a record has it, the
+  // held-out split hashes the id instead of the text (a null or empty id counts as none); "" = always the text.
+  std::string id_field = "id";
+  double valid_fraction = 0.01;      // share of documents held out, chosen by document hash
+  int64_t shard_tokens = 50'000'000; // tokens per shard file
+  template <class V> void visit(V& v) {
+    v("tokenizer", tokenizer); v("train", train); v("valid", valid); v("seq_len", seq_len);
+    v("sources", sources); v("jsonl_field", jsonl_field); v("parquet_text_column", parquet_text_column);
+    v("id_field", id_field); v("valid_fraction", valid_fraction);
+    v("shard_tokens", shard_tokens);
+  }
+};
+
+struct TeacherConfig {
+  std::string checkpoint;    // Hugging Face folder: config.json + model.safetensors[.index.json]
+  FloatDtype dtype = FloatDtype::kFp32;  // "fp32" | "bf16": compute dtype of the frozen teacher
+  template <class V> void visit(V& v) { v("checkpoint", checkpoint); v("dtype", dtype); }
+};
+
+struct StudentConfig {
+  int64_t layers = 9;         // full depth; the curriculum's last stage must reach it
+  int64_t hidden = 1024;
+  int64_t heads = 16;
+  int64_t kv_heads = 8;       // GQA: heads must be a multiple of kv_heads
+  int64_t head_dim = 64;      // independent of hidden/heads, as in Qwen3
+  int64_t intermediate = 3072;
+  int64_t vocab_size = 0;     // 0 = take it from the tokenizer (and check it against the teacher)
+  std::string norm = "pre";   // "pre" | "post": where RMSNorm sits relative to the residual add
+  bool tie_embeddings = true;
+  double rope_theta = 1'000'000.0;
+  double rms_eps = 1e-6;
+  FloatDtype dtype = FloatDtype::kFp32;  // "fp32" | "bf16" parameters and compute
+  template <class V> void visit(V& v) {
+    v("layers", layers); v("hidden", hidden); v("heads", heads); v("kv_heads", kv_heads);
+    v("head_dim", head_dim); v("intermediate", intermediate); v("vocab_size", vocab_size);
+    v("norm", norm); v("tie_embeddings", tie_embeddings); v("rope_theta", rope_theta);
+    v("rms_eps", rms_eps); v("dtype", dtype);
+  }
+};
+
+struct CurriculumConfig {
+  std::string mode = "grow";              // "joint" (one stage at full depth) | "grow"
+  std::vector<int64_t> stages;            // active depth per stage, strictly increasing
+  std::vector<std::string> stage_tokens;  // per stage, "50M" / "2.5B" / "123456"; or use stage_steps
+  std::vector<int64_t> stage_steps;       // per stage optimizer steps (exclusive with stage_tokens)
+  std::string budget;                     // "" | "active_layer_tokens:<run dir>" (joint runs only)
+  std::string grow_init = "random";       // "random" | "copy_last" | "identity"
+  bool freeze_prefix = false;             // freeze control: only appended blocks train
+  int64_t rewarmup_steps = 0;             // LR re-warmup after each growth (0 = none)
+  template <class V> void visit(V& v) {
+    v("mode", mode); v("stages", stages); v("stage_tokens", stage_tokens);
+    v("stage_steps", stage_steps); v("budget", budget); v("grow_init", grow_init);
+    v("freeze_prefix", freeze_prefix); v("rewarmup_steps", rewarmup_steps);
+  }
+};
+
+struct DistillConfig {
+  double alpha = 1.0;             // weight of the KL term; 1 - alpha weighs CE on the labels
+  double temperature = 1.0;
+  std::string logits = "full";    // "full" | "topk": what the teacher sends
+  int64_t topk = 64;
+  std::string tail = "renormalize";  // top-k only: "renormalize" | "bucket"
+  int64_t vocab_chunk = 8192;     // loss is computed this many vocabulary columns at a time
+  FloatDtype channel_dtype = FloatDtype::kFp32;  // "fp32" | "bf16": full-logit values on the wire
+  template <class V> void visit(V& v) {
+    v("alpha", alpha); v("temperature", temperature); v("logits", logits); v("topk", topk);
+    v("tail", tail); v("vocab_chunk", vocab_chunk); v("channel_dtype", channel_dtype);
+  }
+};
+
+struct OptimConfig {
+  double lr = 3e-4;
+  double min_lr_ratio = 0.1;      // cosine decays to lr * min_lr_ratio
+  double weight_decay = 0.1;
+  std::vector<double> betas = {0.9, 0.95};
+  double eps = 1e-8;
+  int64_t warmup_steps = 200;
+  std::string schedule = "cosine";  // "cosine" | "constant"
+  double grad_clip = 1.0;           // global L2 norm; 0 = off
+  template <class V> void visit(V& v) {
+    v("lr", lr); v("min_lr_ratio", min_lr_ratio); v("weight_decay", weight_decay);
+    v("betas", betas); v("eps", eps); v("warmup_steps", warmup_steps); v("schedule", schedule);
+    v("grad_clip", grad_clip);
+  }
+};
+
+struct ParallelConfig {
+  int64_t teacher_pipelines = 1;   // T
+  int64_t teacher_stages = 1;      // P: stages per pipeline
+  int64_t students = 1;            // S: data-parallel student ranks, a multiple of T
+  int64_t micro_batch = 4;         // sequences per student rank per micro-batch
+  int64_t grad_accum = 1;          // micro-batches per optimizer step
+  std::string backend = "auto";    // "auto" | "mpi" | "nccl"
+  FloatDtype activation_dtype = FloatDtype::kFp32;  // between teacher stages: "fp32" | "bf16"
+  int64_t max_in_flight = 4;       // micro-batches buffered per pipeline hop (back-pressure)
+  template <class V> void visit(V& v) {
+    v("teacher_pipelines", teacher_pipelines); v("teacher_stages", teacher_stages);
+    v("students", students); v("micro_batch", micro_batch); v("grad_accum", grad_accum);
+    v("backend", backend); v("activation_dtype", activation_dtype);
+    v("max_in_flight", max_in_flight);
+  }
+};
+
+struct EvalConfig {
+  int64_t every = 500;              // steps between evals (also at every stage end)
+  int64_t batches = 50;             // validation micro-batches per eval
+  int64_t diagnostics_every = 250;  // steps between boundary diagnostics (also at each growth)
+  int64_t diagnostic_batch = 8;     // sequences in the fixed diagnostic batch
+  template <class V> void visit(V& v) {
+    v("every", every); v("batches", batches); v("diagnostics_every", diagnostics_every);
+    v("diagnostic_batch", diagnostic_batch);
+  }
+};
+
+struct CheckpointConfig {
+  int64_t every = 1000;  // steps; 0 = only at the end and on a coordinated stop
+  int64_t keep = 3;      // newest K kept
+  template <class V> void visit(V& v) { v("every", every); v("keep", keep); }
+};
+
+struct ControlConfig {
+  double heartbeat_s = 5;
+  double watchdog_s = 120;             // a rank silent or stuck this long aborts the job
+  int64_t metrics_port = 0;            // 0 = no /metrics endpoint
+  std::string metrics_bind = "127.0.0.1";
+  int64_t coordinator_port = 0;        // 0 = from DEEPEN_COORDINATOR or a free port
+  template <class V> void visit(V& v) {
+    v("heartbeat_s", heartbeat_s); v("watchdog_s", watchdog_s); v("metrics_port", metrics_port);
+    v("metrics_bind", metrics_bind); v("coordinator_port", coordinator_port);
+  }
+};
+
+struct Config {
+  std::string source;  // file the config came from, for error messages
+  RunConfig run;
+  DataConfig data;
+  TeacherConfig teacher;
+  StudentConfig student;
+  CurriculumConfig curriculum;
+  DistillConfig distill;
+  OptimConfig optim;
+  ParallelConfig parallel;
+  EvalConfig eval;
+  CheckpointConfig checkpoint;
+  ControlConfig control;
+  template <class V> void visit_sections(V& v) {
+    v("run", run); v("data", data); v("teacher", teacher); v("student", student);
+    v("curriculum", curriculum); v("distill", distill); v("optim", optim);
+    v("parallel", parallel); v("eval", eval); v("checkpoint", checkpoint); v("control", control);
+  }
+};
+
+// Reads `path` (may be empty: defaults only), applies `overrides` ("section.key=value", TOML
+// syntax for the value, bare words taken as strings), validates. Throws InputError naming the
+// file, the key and the reason.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Same, from TOML text (tests, and configs embedded in checkpoints).
+Config parse_config(const std::string& toml_text, const std::string& source,
+                    const std::vector<std::string>& overrides = {});
+
+// Checks values and cross-section consistency; throws InputError. load_config calls it.
+void validate_config(const Config& cfg);
+
+// The resolved config as TOML, every key present; parse_config(to_toml(c)) == c.
+std::string to_toml(const Config& cfg);
+
+// A stable hash of the resolved config (hash64 of to_toml), saved with checkpoints.
+uint64_t config_hash(const Config& cfg);
+
+}  // namespace deepen

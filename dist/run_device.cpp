@@ -1,0 +1,43 @@
+// Device decisions of a run (pure): run.device, the world backend for it, each rank's GPU.
+#include "dist/run_device.h"
+
+#include "config/input_error.h"
+#include "dist/rank_layout.h"
+
+namespace deepen {
+
+std::string resolve_run_device(const std::string& requested, int cuda_devices, const std::string& source) {
+  if (requested == "cpu") return "cpu";
+  if (requested == "auto") return cuda_devices > 0 ? "cuda" : "cpu";
+  if (requested == "cuda") {
+    if (cuda_devices < 1)
+      throw InputError(source + ": run.device: \"cuda\" but this process sees no CUDA device (no GPU, no "
+                                "driver, or CUDA_VISIBLE_DEVICES hides them); use \"cpu\" or \"auto\"");
+    return "cuda";
+  }
+  throw InputError(source + ": run.device: must be \"auto\" | \"cpu\" | \"cuda\", got \"" + requested + "\"");
+}
+
+std::string world_backend(const std::string& backend, const std::string& device, bool nccl_built,
+                          const std::string& source) {
+  if (backend == "mpi") return "mpi";
+  if (backend == "auto") return device == "cuda" && nccl_built ? "nccl" : "mpi";
+  if (backend == "nccl") {
+    if (device != "cuda")
+      throw InputError(source + ": parallel.backend: \"nccl\" moves CUDA tensors, but run.device resolved to \"" +
+                       device + "\"; use parallel.backend = \"mpi\" (or \"auto\") for a CPU run");
+    if (!nccl_built)
+      throw InputError(source + ": parallel.backend: \"nccl\" but this build of deepen has no NCCL backend "
+                                "(configure with CUDA and NCCL present); use \"mpi\" or \"auto\"");
+    return "nccl";
+  }
+  throw InputError(source + ": parallel.backend: must be \"auto\" | \"mpi\" | \"nccl\", got \"" + backend + "\"");
+}
+
+int rank_cuda_device(const std::string& backend, int local_rank, int local_size, int cuda_devices) {
+  if (backend == "nccl") return choose_cuda_device(local_rank, local_size, cuda_devices);
+  if (cuda_devices < 1) throw InputError("placement: no CUDA device visible to this rank");
+  return local_rank % cuda_devices;
+}
+
+}  // namespace deepen

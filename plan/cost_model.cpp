@@ -1,0 +1,524 @@
+// Cost model: FLOPs, logit bytes, per-layout rates and the recommended T·P+S (see cost_model.h).
+#include "plan/cost_model.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "config/input_error.h"
+#include "model/hf_config.h"
+#include "model/layer_split.h"
+#include "run_folder/jsonl.h"
+#include "run_folder/run_folder.h"
+
+namespace deepen {
+namespace fs = std::filesystem;
+namespace {
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Layers per stage: the pipeline's own split (model/layer_split.h), so the plan costs the stages the
+// job will run.
+std::vector<int64_t> stage_layers(int64_t layers, int64_t stages) {
+  std::vector<int64_t> out;
+  for (const auto& [first, last] : split_layers(static_cast<int>(layers), static_cast<int>(stages)))
+    out.push_back(last - first);
+  return out;
+}
+
+double attention_flops_per_layer(const ModelShape& m, int64_t seq_len) {
+  // QK^T and the weighted sum of V: 2 FLOP per multiply-add, 2 products, heads·head_dim wide, over
+  // (seq_len + 1) / 2 attended positions on average under the causal mask.
+  return 4.0 * static_cast<double>(m.heads * m.head_dim) * (static_cast<double>(seq_len) + 1) / 2;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// 1234567 -> "1.23 M", for rates and sizes in the printed plan.
+std::string si(double v, const std::string& unit) {
+  const char* prefixes[] = {"", " k", " M", " G", " T", " P"};
+  int i = 0;
+  while (std::abs(v) >= 1000 && i < 5) {
+    v /= 1000;
+    ++i;
+  }
+  return fmt(v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : "%.2f", v) + prefixes[i] + (i ? "" : " ") + unit;
+}
+
+int64_t node_of(int64_t rank, int64_t gpus_per_node) { return rank / gpus_per_node; }
+
+}  // namespace
+
+std::optional<ModelShape> known_qwen3_shape(const std::string& name_or_path) {
+  std::string name = lower(fs::path(name_or_path).filename().string());
+  if (name.empty()) name = lower(fs::path(name_or_path).parent_path().filename().string());
+  // From the models' config.json on the Hugging Face hub (Qwen/Qwen3-*).
+  struct Known {
+    const char* name;
+    ModelShape shape;
+  };
+  static const Known known[] = {
+      {"qwen3-0.6b", {"Qwen3-0.6B", 28, 1024, 16, 8, 128, 3072, 151936, true}},
+      {"qwen3-1.7b", {"Qwen3-1.7B", 28, 2048, 16, 8, 128, 6144, 151936, true}},
+      {"qwen3-4b", {"Qwen3-4B", 36, 2560, 32, 8, 128, 9728, 151936, true}},
+      {"qwen3-8b", {"Qwen3-8B", 36, 4096, 32, 8, 128, 12288, 151936, false}},
+      {"qwen3-14b", {"Qwen3-14B", 40, 5120, 40, 8, 128, 17408, 151936, false}},
+  };
+  for (const auto& k : known)
+    if (name == k.name || name == std::string(k.name) + "-base") return k.shape;
+  return std::nullopt;
+}
+
+ModelShape shape_from_qwen3_json(const std::string& path) {
+  const Qwen3Config q = read_qwen3_config(path);
+  ModelShape m;
+  m.name = fs::path(path).parent_path().filename().string();
+  m.layers = q.num_hidden_layers;
+  m.hidden = q.hidden_size;
+  m.heads = q.num_attention_heads;
+  m.kv_heads = q.num_key_value_heads;
+  m.head_dim = q.head_dim;
+  m.intermediate = q.intermediate_size;
+  m.vocab = q.vocab_size;
+  m.tied = q.tie_word_embeddings;
+  return m;
+}
+
+ModelShape shape_from_student(const StudentConfig& s, int64_t vocab) {
+  return {"student", s.layers, s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, vocab, s.tie_embeddings};
+}
+
+int64_t block_matmul_params(const ModelShape& m) {
+  const int64_t attention = m.hidden * m.head_dim * (m.heads + 2 * m.kv_heads) + m.heads * m.head_dim * m.hidden;
+  const int64_t mlp = 3 * m.hidden * m.intermediate;
+  return attention + mlp;
+}
+
+int64_t block_params(const ModelShape& m) { return block_matmul_params(m) + 2 * m.hidden + 2 * m.head_dim; }
+
+int64_t total_params(const ModelShape& m) {
+  return m.layers * block_params(m) + m.vocab * m.hidden * (m.tied ? 1 : 2) + m.hidden;
+}
+
+double forward_flops_per_token(const ModelShape& m, int64_t depth, int64_t seq_len, bool with_head) {
+  const double per_layer = 2.0 * static_cast<double>(block_matmul_params(m)) + attention_flops_per_layer(m, seq_len);
+  return static_cast<double>(depth) * per_layer + (with_head ? 2.0 * static_cast<double>(m.hidden * m.vocab) : 0.0);
+}
+
+double train_flops_per_token(const ModelShape& m, int64_t depth, int64_t seq_len) {
+  return 3.0 * forward_flops_per_token(m, depth, seq_len, true);
+}
+
+double logit_bytes_per_token(const DistillConfig& d, int64_t vocab, int64_t tokens_per_micro_batch, int64_t header_bytes) {
+  const double value = float_dtype_bytes(d.channel_dtype);
+  double per_token = 0;
+  if (d.logits == "topk") {
+    per_token = static_cast<double>(d.topk) * (value + 4) + (d.tail == "bucket" ? value : 0);
+  } else {
+    per_token = static_cast<double>(vocab) * value;
+  }
+  return per_token + static_cast<double>(header_bytes) / static_cast<double>(std::max<int64_t>(1, tokens_per_micro_batch));
+}
+
+ClusterSpec cluster_preset(const std::string& name) {
+  ClusterSpec c;
+  c.name = lower(name);
+  if (c.name == "h200") return c;  // the defaults
+  if (c.name == "h100") {
+    c.memory = 80e9;
+    return c;
+  }
+  if (c.name == "a100") {
+    c.flops = 312e12;
+    c.memory = 80e9;
+    c.intra_bw = 300e9;
+    c.inter_bw = 25e9;
+    return c;
+  }
+  throw InputError("--cluster " + name + ": unknown preset (h200, h100, a100; or give the numbers)");
+}
+
+LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_t T, int64_t P, int64_t S) {
+  LayoutEstimate e;
+  e.T = T;
+  e.P = P;
+  e.S = S;
+  e.devices = T * P + S;
+  const int64_t gpn = c.gpus_per_node;
+  const double threads = c.shared_cores > 0 ? static_cast<double>(c.threads_per_rank) : 1.0;
+  const double teacher_rate = c.flops * c.teacher_mfu * threads;  // FLOP/s of one teacher rank
+  const double student_rate = c.flops * c.mfu * threads;
+  auto link = [&](int64_t a, int64_t b) { return node_of(a, gpn) == node_of(b, gpn) ? c.intra_bw : c.inter_bw; };
+
+  // Teacher stages of pipeline 0 (all pipelines are alike): compute, activations to the next stage,
+  // and for the last stage the logits to its students; sends overlap compute (streaming micro-batches).
+  const int64_t tokens_per_mb = in.micro_batch * in.seq_len;
+  e.channel_bytes_per_token = logit_bytes_per_token(in.distill, in.teacher.vocab, tokens_per_mb, in.header_bytes);
+  const auto layers = stage_layers(in.teacher.layers, P);
+  const double act_bytes = static_cast<double>(in.teacher.hidden) * float_dtype_bytes(in.activation_dtype);
+  const int64_t per_pipe = S / T;
+  double slowest = 0;
+  double channel_send_s = 0;
+  for (int64_t p = 0; p < P; ++p) {
+    ModelShape part = in.teacher;
+    const bool last = p == P - 1;
+    double flops = forward_flops_per_token(part, layers[static_cast<size_t>(p)], in.seq_len, last);
+    double t = flops / teacher_rate;
+    if (!last) {
+      t = std::max(t, act_bytes / link(p, p + 1));
+    } else {
+      // The last stage sends each student its micro-batches: per token of the pipeline, b bytes, over
+      // the slowest link to any of its students.
+      double bw = c.intra_bw;
+      for (int64_t s = 0; s < per_pipe; ++s) bw = std::min(bw, link(P - 1, T * P + s));
+      channel_send_s = e.channel_bytes_per_token / bw;
+    }
+    slowest = std::max(slowest, t);
+  }
+  e.teacher_stage_s_per_token = slowest;
+  if (in.total_tokens > 0) {
+    const double n = std::max(1.0, in.total_tokens / static_cast<double>(T * tokens_per_mb));  // per pipeline
+    e.pipeline_efficiency = n / (n + static_cast<double>(P) - 1);
+  }
+  e.teacher_tokens_per_s = static_cast<double>(T) * e.pipeline_efficiency / slowest;
+  // Channel: T senders, and S receivers each at its own link.
+  const double receive_bw = link(T * P - 1, T * P);  // a student's link to its teacher's last stage
+  e.channel_tokens_per_s = std::min(static_cast<double>(T) / channel_send_s,
+                                    static_cast<double>(S) * receive_bw / e.channel_bytes_per_token);
+
+  // Students per curriculum stage: compute per token, plus the gradient all-reduce once per step
+  // (ring: 2·(S−1)/S of the fp32 gradients over the slowest student link), not overlapped.
+  std::vector<int64_t> depths = in.stage_depths;
+  std::vector<double> weights = in.stage_tokens;
+  if (depths.empty()) {
+    depths = {in.student.layers};
+    weights = {1.0};
+  }
+  const double student_bw = S > gpn ? c.inter_bw : c.intra_bw;
+  const double tokens_per_student_step = static_cast<double>(in.micro_batch * in.grad_accum * in.seq_len);
+  double total_time = 0, total_weight = 0, supply_time = 0, demand_time = 0;
+  double worst_stage_time = -1;
+  const double supply = std::min(e.teacher_tokens_per_s, e.channel_tokens_per_s);
+  for (size_t k = 0; k < depths.size(); ++k) {
+    ModelShape st = in.student;
+    st.layers = depths[k];
+    const double grads = 4.0 * static_cast<double>(total_params(st));
+    const double allreduce = S > 1 ? 2.0 * static_cast<double>(S - 1) / static_cast<double>(S) * grads / student_bw : 0;
+    const double step = tokens_per_student_step * train_flops_per_token(in.student, depths[k], in.seq_len) / student_rate +
+                        allreduce;
+    const double students = static_cast<double>(S) * tokens_per_student_step / step;
+    double pool = INFINITY;
+    if (c.shared_cores > 0) {
+      // One pool of cores: every token costs a teacher forward and a student step in core-seconds.
+      const double core_s = forward_flops_per_token(in.teacher, in.teacher.layers, in.seq_len, true) /
+                                (c.flops * c.teacher_mfu) +
+                            train_flops_per_token(in.student, depths[k], in.seq_len) / (c.flops * c.mfu);
+      pool = static_cast<double>(c.shared_cores) / core_s;
+    }
+    const double job = std::min({supply, students, pool});
+    e.student_tokens_per_s.push_back(students);
+    e.job_tokens_per_s.push_back(job);
+    const double w = k < weights.size() ? weights[k] : 1.0;
+    total_time += w / job;
+    total_weight += w;
+    supply_time += w / supply;
+    demand_time += w / students;
+    if (w / job > worst_stage_time) {
+      worst_stage_time = w / job;
+      if (pool < std::min(supply, students)) e.bottleneck = "cores";
+      else if (students <= supply) e.bottleneck = "students";
+      else e.bottleneck = e.teacher_tokens_per_s <= e.channel_tokens_per_s ? "teacher" : "channel";
+    }
+  }
+  e.mean_tokens_per_s = total_weight / total_time;
+  e.supply_over_demand = demand_time / supply_time;  // (tokens/s supplied) / (tokens/s demanded)
+
+  // Memory: bf16 teacher weights per stage (+ embedding on the first, head on the last); students
+  // hold fp32 weights, gradients and two Adam moments (16 B per parameter), activations aside.
+  const double gib = 1e9;
+  double worst_teacher = 0;
+  for (int64_t p = 0; p < P; ++p) {
+    double params = static_cast<double>(layers[static_cast<size_t>(p)] * block_params(in.teacher));
+    if (p == 0) params += static_cast<double>(in.teacher.vocab * in.teacher.hidden);
+    if (p == P - 1) params += static_cast<double>(in.teacher.vocab * in.teacher.hidden);
+    worst_teacher = std::max(worst_teacher, 2.0 * params);
+  }
+  const double student_bytes = 16.0 * static_cast<double>(total_params(in.student));
+  const double budget = 0.9 * c.memory;
+  e.fits_memory = worst_teacher <= budget && student_bytes <= budget;
+  e.memory_note = "teacher stage " + fmt("%.1f", worst_teacher / gib) + " GB, student " +
+                  fmt("%.1f", student_bytes / gib) + " GB of " + fmt("%.0f", c.memory / gib) + " GB";
+  return e;
+}
+
+std::vector<LayoutEstimate> rank_layouts(const PlanInput& in, const ClusterSpec& c) {
+  std::vector<LayoutEstimate> out;
+  const int64_t G = c.devices();
+  for (int64_t T = 1; T < G; ++T) {
+    for (int64_t P = 1; P <= in.teacher.layers && T * P < G; ++P) {
+      if (G > c.gpus_per_node && c.shared_cores == 0 && (T * P) % c.gpus_per_node != 0) continue;
+      for (int64_t S = T; T * P + S <= G; S += T) {
+        LayoutEstimate e = estimate_layout(in, c, T, P, S);
+        if (e.fits_memory) out.push_back(std::move(e));
+      }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const LayoutEstimate& a, const LayoutEstimate& b) {
+    // Within 0.5% a layout is as fast: prefer fewer devices, then shorter pipelines.
+    const double hi = std::max(a.mean_tokens_per_s, b.mean_tokens_per_s);
+    if (std::abs(a.mean_tokens_per_s - b.mean_tokens_per_s) > 0.005 * hi) return a.mean_tokens_per_s > b.mean_tokens_per_s;
+    if (a.devices != b.devices) return a.devices < b.devices;
+    return a.P < b.P;
+  });
+  return out;
+}
+
+std::string describe_plan(const PlanInput& in, const ClusterSpec& c, const std::vector<LayoutEstimate>& ranked,
+                          size_t show) {
+  std::ostringstream o;
+  const ModelShape& t = in.teacher;
+  const ModelShape& s = in.student;
+  o << "deepen plan\n"
+    << "  teacher " << t.name << ": " << t.layers << " layers, hidden " << t.hidden << ", "
+    << si(static_cast<double>(total_params(t)), "params") << "\n"
+    << "  student: " << s.layers << " layers, hidden " << s.hidden << ", " << si(static_cast<double>(total_params(s)), "params")
+    << " at full depth\n"
+    << "  batch: seq " << in.seq_len << " x micro-batch " << in.micro_batch << " x accum " << in.grad_accum
+    << " per student per step; curriculum depths";
+  for (int64_t d : in.stage_depths) o << " " << d;
+  o << "\n  cluster " << c.name << ": " << c.nodes << " node(s) x " << c.gpus_per_node << " devices, "
+    << si(c.flops, "FLOP/s") << " peak, MFU " << fmt("%.2f", c.mfu) << " (students) / " << fmt("%.2f", c.teacher_mfu)
+    << " (teacher), links " << si(c.intra_bw, "B/s") << " in a node, " << si(c.inter_bw, "B/s") << " between nodes, "
+    << si(c.memory, "B") << " memory";
+  if (c.shared_cores > 0) o << "; ranks share " << c.shared_cores << " cores, " << c.threads_per_rank << " thread(s) each";
+  o << "\n\nPer token\n";
+  const double tf = forward_flops_per_token(t, t.layers, in.seq_len, true);
+  const double t_one = c.flops * c.teacher_mfu * (c.shared_cores > 0 ? c.threads_per_rank : 1);
+  o << "  teacher forward: " << si(tf, "FLOP") << " (head " << si(2.0 * t.hidden * t.vocab, "FLOP") << ", attention "
+    << si(t.layers * attention_flops_per_layer(t, in.seq_len), "FLOP") << "); one device at "
+    << si(t_one, "FLOP/s") << " -> " << si(t_one / tf, "tokens/s") << " for the whole teacher\n";
+  const double s_one = c.flops * c.mfu * (c.shared_cores > 0 ? c.threads_per_rank : 1);
+  std::vector<int64_t> depths = in.stage_depths.empty() ? std::vector<int64_t>{s.layers} : in.stage_depths;
+  for (int64_t d : {depths.front(), depths.back()}) {
+    const double sf = train_flops_per_token(s, d, in.seq_len);
+    o << "  student train at depth " << d << ": " << si(sf, "FLOP") << " (head " << si(6.0 * s.hidden * s.vocab, "FLOP")
+      << "); one device at " << si(s_one, "FLOP/s") << " -> " << si(s_one / sf, "tokens/s") << "\n";
+    if (depths.size() == 1) break;
+  }
+  DistillConfig full = in.distill, topk = in.distill;
+  full.logits = "full";
+  topk.logits = "topk";
+  const int64_t mb_tokens = in.micro_batch * in.seq_len;
+  o << "  logit channel: full " << float_dtype_name(in.distill.channel_dtype) << " " << si(logit_bytes_per_token(full, t.vocab, mb_tokens, in.header_bytes), "B")
+    << ", top-" << topk.topk << " " << si(logit_bytes_per_token(topk, t.vocab, mb_tokens, in.header_bytes), "B")
+    << " (configured: " << in.distill.logits << "); over " << si(c.inter_bw, "B/s") << ": "
+    << si(c.inter_bw / logit_bytes_per_token(full, t.vocab, mb_tokens, in.header_bytes), "tokens/s") << " full, "
+    << si(c.inter_bw / logit_bytes_per_token(topk, t.vocab, mb_tokens, in.header_bytes), "tokens/s") << " top-k per link\n";
+  const double ratio_full = (t_one / tf) / (s_one / train_flops_per_token(s, depths.back(), in.seq_len));
+  o << "  balance: one teacher device feeds " << fmt("%.2f", ratio_full) << " student devices at full depth";
+  if (depths.size() > 1)
+    o << ", " << fmt("%.2f", (t_one / tf) / (s_one / train_flops_per_token(s, depths.front(), in.seq_len)))
+      << " at depth " << depths.front();
+  o << " (compute only)\n\n";
+
+  if (ranked.empty()) {
+    o << "No feasible layout on this cluster (memory or node placement); add devices or memory.\n";
+    return o.str();
+  }
+  o << "Layouts, best first (tokens/s of the whole job; curriculum mean weights each stage by its tokens)\n"
+    << "   T   P    S  dev | teacher  channel | students (first..last stage) | job mean | supply/demand | bound\n";
+  for (size_t i = 0; i < std::min(show, ranked.size()); ++i) {
+    const auto& e = ranked[i];
+    char line[256];
+    std::snprintf(line, sizeof line, "  %2lld  %2lld  %3lld  %3lld | %8s %8s | %12s .. %-12s | %8s | %13.2f | %s\n",
+                  static_cast<long long>(e.T), static_cast<long long>(e.P), static_cast<long long>(e.S),
+                  static_cast<long long>(e.devices), si(e.teacher_tokens_per_s, "").c_str(),
+                  si(e.channel_tokens_per_s, "").c_str(), si(e.student_tokens_per_s.front(), "").c_str(),
+                  si(e.student_tokens_per_s.back(), "").c_str(), si(e.mean_tokens_per_s, "").c_str(),
+                  e.supply_over_demand, e.bottleneck.c_str());
+    o << line;
+  }
+  const auto& best = ranked.front();
+  o << "\nRecommendation: T=" << best.T << " teacher pipeline(s) x P=" << best.P << " stage(s) + S=" << best.S
+    << " students = " << best.devices << " devices\n"
+    << "  teacher supply " << si(std::min(best.teacher_tokens_per_s, best.channel_tokens_per_s), "tokens/s")
+    << " (slowest stage " << fmt("%.3g", best.teacher_stage_s_per_token * 1e6) << " us/token, pipeline efficiency "
+    << fmt("%.2f", best.pipeline_efficiency) << "), student demand at full depth "
+    << si(best.student_tokens_per_s.back(), "tokens/s") << ", job " << si(best.mean_tokens_per_s, "tokens/s")
+    << " over the curriculum (" << si(best.mean_tokens_per_s / static_cast<double>(best.devices), "tokens/s")
+    << " per device); bound by " << best.bottleneck << "; " << best.memory_note << "\n"
+    << "  [parallel] teacher_pipelines = " << best.T << ", teacher_stages = " << best.P << ", students = " << best.S << "\n";
+  // When students idle (supply far below demand), fewer devices may do nearly as well: name the
+  // layout with the most tokens/s per device too.
+  const auto thrifty = std::max_element(ranked.begin(), ranked.end(), [](const LayoutEstimate& a, const LayoutEstimate& b) {
+    return a.mean_tokens_per_s / static_cast<double>(a.devices) < b.mean_tokens_per_s / static_cast<double>(b.devices);
+  });
+  if (thrifty->T != best.T || thrifty->P != best.P || thrifty->S != best.S)
+    o << "  most tokens/s per device: T=" << thrifty->T << " P=" << thrifty->P << " S=" << thrifty->S << " ("
+      << thrifty->devices << " devices, " << si(thrifty->mean_tokens_per_s, "tokens/s") << ", "
+      << si(thrifty->mean_tokens_per_s / static_cast<double>(thrifty->devices), "tokens/s") << " per device)\n";
+  return o.str();
+}
+
+PlanInput plan_input_from_config(const Config& cfg) {
+  PlanInput in;
+  const std::string& ckpt = cfg.teacher.checkpoint;
+  const fs::path json = fs::path(ckpt) / "config.json";
+  if (!ckpt.empty() && fs::exists(json)) {
+    in.teacher = shape_from_qwen3_json(json.string());
+  } else if (auto known = known_qwen3_shape(ckpt)) {
+    in.teacher = *known;
+  } else {
+    throw InputError(cfg.source + ": teacher.checkpoint: \"" + ckpt +
+                     "\" has no config.json and is not a known Qwen3 name (qwen3-0.6b, -1.7b, -4b, -8b, -14b)");
+  }
+  const int64_t vocab = cfg.student.vocab_size > 0 ? cfg.student.vocab_size : in.teacher.vocab;
+  in.student = shape_from_student(cfg.student, vocab);
+  in.seq_len = cfg.data.seq_len;
+  in.micro_batch = cfg.parallel.micro_batch;
+  in.grad_accum = cfg.parallel.grad_accum;
+  in.distill = cfg.distill;
+  in.activation_dtype = cfg.parallel.activation_dtype;
+  in.stage_depths = cfg.curriculum.stages;
+  const auto& cur = cfg.curriculum;
+  for (size_t k = 0; k < cur.stages.size(); ++k) {
+    if (!cur.stage_tokens.empty()) in.stage_tokens.push_back(static_cast<double>(parse_count(cur.stage_tokens[k])));
+    else if (!cur.stage_steps.empty()) in.stage_tokens.push_back(static_cast<double>(cur.stage_steps[k]));
+    else in.stage_tokens.push_back(1.0);  // a matched budget: one stage
+  }
+  const double tokens_per_step =
+      static_cast<double>(cfg.parallel.students * cfg.parallel.micro_batch * cfg.parallel.grad_accum * cfg.data.seq_len);
+  for (size_t k = 0; k < cur.stages.size(); ++k) {
+    if (!cur.stage_tokens.empty()) in.total_tokens += in.stage_tokens[k];
+    else if (!cur.stage_steps.empty()) in.total_tokens += in.stage_tokens[k] * tokens_per_step;
+  }
+  return in;
+}
+
+std::map<int64_t, double> measured_tokens_per_s(const std::string& run_dir, int64_t warmup) {
+  const fs::path path = RunFolder(run_dir).metrics_jsonl();
+  if (!fs::is_regular_file(path)) throw InputError(path.string() + ": cannot read (a run folder with metrics?)");
+  std::map<int64_t, std::vector<double>> by_depth;
+  std::map<int64_t, int64_t> seen;  // steps seen per stage
+  for (const nlohmann::json& j : read_jsonl(path.string())) {  // a torn last line is dropped there
+    const int64_t stage = j.value("stage", int64_t{0});
+    if (seen[stage]++ < warmup) continue;
+    const double rate = j.value("tokens_per_s", 0.0);
+    if (rate > 0) by_depth[j.value("depth", int64_t{0})].push_back(rate);
+  }
+  std::map<int64_t, double> out;
+  for (auto& [depth, rates] : by_depth) {
+    std::sort(rates.begin(), rates.end());
+    const size_t n = rates.size();
+    out[depth] = n % 2 ? rates[n / 2] : 0.5 * (rates[n / 2 - 1] + rates[n / 2]);
+  }
+  if (out.empty()) throw InputError(path.string() + ": no step records after warm-up");
+  return out;
+}
+
+ClusterSpec calibrate_cpu(const PlanInput& in, const std::map<int64_t, double>& single, int64_t threads, int64_t cores,
+                          int64_t ranks, double p2p_bw) {
+  std::vector<double> per_core;
+  const double teacher = forward_flops_per_token(in.teacher, in.teacher.layers, in.seq_len, true);
+  for (const auto& [depth, rate] : single)
+    per_core.push_back(rate * (teacher + train_flops_per_token(in.student, depth, in.seq_len)) /
+                       static_cast<double>(threads));
+  if (per_core.empty()) throw InputError("calibration: no measured rates");
+  std::sort(per_core.begin(), per_core.end());
+  ClusterSpec c;
+  c.name = "cpu (calibrated)";
+  c.nodes = 1;
+  c.gpus_per_node = ranks;
+  c.flops = per_core[per_core.size() / 2];
+  c.mfu = c.teacher_mfu = 1;
+  c.intra_bw = c.inter_bw = p2p_bw;
+  c.memory = 1e15;
+  c.shared_cores = cores;
+  c.threads_per_rank = threads;
+  return c;
+}
+
+std::vector<CheckRow> check_against_runs(const ClusterSpec& cluster, const std::vector<std::string>& run_dirs) {
+  std::vector<CheckRow> rows;
+  for (const auto& dir : run_dirs) {
+    const RunFolder run(dir);
+    const Config cfg = load_config(run.config_toml());
+    const PlanInput in = plan_input_from_config(cfg);
+    // A distributed run moves logits over its channel ("channel_bytes" > 0 in metrics.jsonl); a run
+    // in one process moves none.
+    bool one_process = false;
+    if (const auto metrics = read_jsonl(run.metrics_jsonl()); !metrics.empty()) {
+      const nlohmann::json& j = metrics.front();
+      if (j.contains("channel_bytes")) one_process = j.value("channel_bytes", 0.0) == 0;
+    }
+    const auto& p = cfg.parallel;
+    const int64_t world = one_process ? 1 : p.teacher_pipelines * p.teacher_stages + p.students;
+    ClusterSpec c = cluster;
+    c.gpus_per_node = world;
+    const int64_t threads = cfg.run.threads > 0 ? cfg.run.threads : std::max<int64_t>(1, c.shared_cores / world);
+    c.threads_per_rank = threads;
+    const LayoutEstimate e = estimate_layout(in, c, p.teacher_pipelines, p.teacher_stages, one_process ? 1 : p.students);
+    for (const auto& [depth, measured] : measured_tokens_per_s(dir)) {
+      CheckRow r;
+      r.run = dir;
+      r.depth = depth;
+      r.measured = measured;
+      if (one_process) {
+        // Teacher forward, then the student step, on the same cores.
+        r.layout = "one process";
+        const double flops = forward_flops_per_token(in.teacher, in.teacher.layers, in.seq_len, true) / c.teacher_mfu +
+                             train_flops_per_token(in.student, depth, in.seq_len) / c.mfu;
+        r.predicted = c.flops * static_cast<double>(threads) / flops;
+      } else {
+        r.layout = std::to_string(p.teacher_pipelines) + "x" + std::to_string(p.teacher_stages) + "+" +
+                   std::to_string(p.students) + " (" + std::to_string(world) + " ranks)";
+        const auto it = std::find(in.stage_depths.begin(), in.stage_depths.end(), depth);
+        const size_t k = it == in.stage_depths.end() ? e.job_tokens_per_s.size() - 1 : static_cast<size_t>(it - in.stage_depths.begin());
+        r.predicted = e.job_tokens_per_s[k];
+      }
+      rows.push_back(r);
+    }
+  }
+  return rows;
+}
+
+std::string describe_check(const std::vector<CheckRow>& rows) {
+  std::ostringstream o;
+  o << "Cost model vs measured runs (tokens/s, median after warm-up)\n"
+    << "  layout               depth   predicted    measured   error  run\n";
+  double sum = 0, worst = 0;
+  for (const auto& r : rows) {
+    char line[512];
+    std::snprintf(line, sizeof line, "  %-20s %5lld %11.0f %11.0f %+6.1f%%  %s\n", r.layout.c_str(),
+                  static_cast<long long>(r.depth), r.predicted, r.measured, 100 * r.error(), r.run.c_str());
+    o << line;
+    sum += std::abs(r.error());
+    worst = std::max(worst, std::abs(r.error()));
+  }
+  if (std::ifstream load("/proc/loadavg"); load) {
+    double one = 0;
+    load >> one;
+    o << "  load average now " << fmt("%.1f", one) << " on " << std::thread::hardware_concurrency()
+      << " cores: other processes' load shows up as model error\n";
+  }
+  if (!rows.empty())
+    o << "  mean |error| " << fmt("%.1f", 100 * sum / static_cast<double>(rows.size())) << "%, worst "
+      << fmt("%.1f", 100 * worst) << "% (goal: <= 20%)\n";
+  return o.str();
+}
+
+}  // namespace deepen

@@ -1,0 +1,185 @@
+// Study report: reads run folders, matches runs to the study's roles from their configs, and writes
+// the paper's table (Markdown + CSV), the phase-wise crossover and the plots (gnuplot PNG + SVG).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+
+namespace deepen {
+
+// ---- What a run folder holds (written by the trainer, student 0) ---------------------------------
+
+// One line of eval.jsonl.
+struct EvalPoint {
+  int64_t step = 0;  // the optimizer step just finished (0-based)
+  int stage = 0;
+  int64_t depth = 0;
+  bool stage_end = false;
+  int64_t tokens = 0;
+  int64_t active_layer_tokens = 0;
+  double val_ce = 0;
+  std::optional<double> val_kl;  // null without a teacher
+};
+
+// Per token class values (first, special, structural, content); a class absent from the batch is
+// absent from the map.
+using ClassValues = std::map<std::string, double>;
+
+// One line of diagnostics.jsonl, the parts the report plots.
+struct DiagnosticPoint {
+  int64_t step = 0;
+  int stage = 0;
+  int64_t depth = 0;
+  std::string event;                     // "growth" (taken on the pre-growth model) | "periodic"
+  std::vector<ClassValues> residual_rms;  // RMS of the residual entering block i, per class
+  ClassValues boundary_rms;              // RMS of what an appended block would receive
+  ClassValues identity_rel;              // last block: ||B(x) - x|| / ||x||
+  ClassValues identity_cos;              // last block: cos(B(x), x)
+};
+
+struct RunData {
+  std::string dir;
+  Config config;                           // config.toml
+  std::string teacher;                     // run.json "teacher"
+  int64_t tokens_per_step = 0;             // run.json
+  int64_t total_steps = 0;                 // run.json
+  std::vector<int64_t> stage_depths;       // run.json
+  std::vector<int64_t> stage_steps;        // run.json
+  std::vector<EvalPoint> evals;            // eval.jsonl, in step order
+  std::vector<DiagnosticPoint> diagnostics;
+  bool complete = false;                   // active_layer_tokens.json "complete"
+  int64_t active_layer_tokens = 0;         // active_layer_tokens.json (0 if absent)
+  int64_t steps_done = 0;
+  // First step of every stage but the first: where blocks were appended.
+  std::vector<int64_t> growth_steps() const;
+};
+
+// True if `dir` is a run folder (has config.toml and eval.jsonl).
+bool is_run_dir(const std::string& dir);
+
+// Run folders under the given paths: each path is a run folder or is searched (recursively, sorted)
+// for run folders. InputError if a path does not exist or nothing is found.
+std::vector<std::string> find_run_dirs(const std::vector<std::string>& paths);
+
+// Reads one run folder; InputError naming the file on malformed records or a missing config.
+RunData load_run(const std::string& dir);
+
+// Parses one diagnostics.jsonl record (tolerant: missing parts stay empty).
+DiagnosticPoint parse_diagnostic(const std::string& json_line_or_object);
+
+// ---- Roles -----------------------------------------------------------------------------------------
+// A run's role comes from its config, never its name:
+//   pretrain      no teacher (run.json teacher starts with "none"): listed, not compared
+//   joint         curriculum.mode = "joint", no budget, student.layers = the study's full depth
+//   joint-matched curriculum.mode = "joint" with budget = "active_layer_tokens:<run>"
+//   single-block  curriculum.mode = "joint", student.layers < the study's full depth (the deepest
+//                 student among the runs of the report)
+//   grow          curriculum.mode = "grow", freeze_prefix = false
+//   freeze        curriculum.mode = "grow", freeze_prefix = true
+// and the role is "<student.norm>-<kind>", e.g. "post-joint-matched".
+//   run_kind(joint, 9 layers, full 9) = "joint"    run_kind(joint, 1 layer, full 9) = "single-block"
+std::string run_kind(const Config& cfg, const std::string& teacher, int64_t full_depth);
+
+// ---- The report ------------------------------------------------------------------------------------
+
+struct Stat {
+  int n = 0;
+  double mean = 0;
+  std::optional<double> std;  // sample standard deviation (n - 1); absent for n < 2
+};
+// mean and sample std: stat({1, 2, 3}) = {3, 2, 1}; stat({5}) = {1, 5, none}.
+Stat stat(const std::vector<double>& values);
+
+// All runs of one role (and one configuration), over seeds.
+struct RoleSummary {
+  std::string role;  // "post-grow"
+  std::string norm;  // "pre" | "post"
+  std::string kind;  // see run_kind
+  std::vector<const RunData*> runs;  // sorted by seed
+  std::vector<int64_t> seeds;
+  Stat val_ce;                 // over seeds, of each run's last eval record
+  std::optional<Stat> val_kl;  // absent without a teacher
+  int64_t steps = 0;                 // of the first seed's run (all seeds share the schedule)
+  int64_t tokens = 0;
+  int64_t active_layer_tokens = 0;
+  bool complete = true;        // every run finished its schedule
+};
+
+// Δ = mean(a) − mean(b) of final validation CE; with shared seeds also the paired per-seed
+// differences' statistics. Negative: `a` reaches the lower (better) CE.
+struct Comparison {
+  std::string name;        // "grow: post − pre"
+  std::string a, b;        // roles
+  std::string question;    // what it tells, for the reader
+  double delta = 0;
+  std::optional<Stat> paired;
+  std::optional<double> paper;  // the published value, where the paper gives one
+};
+
+// Per stage of the pre/post pair of one kind: who leads at the stage end, and from which step
+// post-norm stays ahead to the stage end.
+struct StageCrossover {
+  int stage = 0;
+  int64_t depth = 0;
+  int64_t first_step = 0, last_step = 0;  // eval steps covered
+  double pre_ce = 0, post_ce = 0;         // mean over seeds at the stage's last eval point
+  std::string leader;                     // "post" | "pre" | "tie"
+  std::optional<int64_t> post_ahead_from_step;   // within the stage; none if post is not ahead at its end
+  std::optional<int64_t> post_ahead_from_tokens;
+};
+
+struct Crossover {
+  std::string kind;                      // "grow", "joint", "freeze"
+  std::vector<StageCrossover> stages;
+  std::optional<int64_t> post_ahead_from_step;   // over the whole run: post < pre at every eval from here on
+  std::optional<int64_t> post_ahead_from_tokens;
+  int64_t eval_points = 0;               // common eval steps compared
+};
+
+struct Report {
+  std::vector<RoleSummary> roles;       // table order: joint, grow, matched, single-block, freeze, others
+  std::vector<Comparison> comparisons;
+  std::vector<Crossover> crossovers;
+  std::vector<std::string> notes;       // runs skipped or unfinished, config mismatches
+};
+
+// Pure: the report of loaded runs.
+Report build_report(const std::vector<RunData>& runs);
+
+// Mean over seeds of val_ce at each eval step present in every seed's records: (step, tokens, ce).
+struct CurvePoint {
+  int64_t step = 0;
+  int64_t tokens = 0;
+  double val_ce = 0;
+  int stage = 0;
+};
+std::vector<CurvePoint> mean_curve(const RoleSummary& role);
+
+// The earliest step from which `a` stays strictly below `b` through the last point of both curves
+// (compared at common steps), or none when `a` is not below at the last one.
+// Example: a = [3.0, 2.5, 2.4, 2.2], b = [2.9, 2.6, 2.3, 2.3] at steps 0..3 -> step 3.
+std::optional<size_t> stays_ahead_from(const std::vector<double>& a, const std::vector<double>& b);
+
+std::string report_markdown(const Report& report);
+// One row per role: role,norm,kind,n,seeds,val_ce_mean,val_ce_std,val_kl_mean,val_kl_std,steps,
+// tokens,active_layer_tokens,complete; then comparisons in comparisons.csv and runs in runs.csv.
+std::string report_csv(const Report& report);
+std::string comparisons_csv(const Report& report);
+std::string runs_csv(const Report& report);
+
+struct ReportOptions {
+  std::string out_dir = "report";
+  bool plots = true;              // needs gnuplot; without it the .gp and .dat files are still written
+  std::string gnuplot = "gnuplot";
+};
+
+// Loads every run under `paths`, writes report.md, report.csv, comparisons.csv, runs.csv and the
+// plots into options.out_dir; returns the report (the caller prints the table).
+Report write_report(const std::vector<std::string>& paths, const ReportOptions& options);
+
+}  // namespace deepen

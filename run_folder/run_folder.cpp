@@ -1,0 +1,15 @@
+// Paths inside a run folder.
+#include "run_folder/run_folder.h"
+
+#include <filesystem>
+
+namespace deepen {
+namespace fs = std::filesystem;
+
+std::string RunFolder::file(const char* name) const { return (fs::path(dir_) / name).string(); }
+
+std::string RunFolder::checkpoint_student(const std::string& d) { return (fs::path(d) / "student.safetensors").string(); }
+std::string RunFolder::checkpoint_optimizer(const std::string& d) { return (fs::path(d) / "optimizer.safetensors").string(); }
+std::string RunFolder::checkpoint_progress(const std::string& d) { return (fs::path(d) / "progress.json").string(); }
+
+}  // namespace deepen

@@ -1,0 +1,52 @@
+// RunFolder: the file names of a run folder (run.out_dir), the only code that knows them.
+#pragma once
+
+#include <string>
+
+namespace deepen {
+
+// A run folder, as the trainer writes it and the study runner, the report and the planner read it:
+//   config.toml              the resolved config (every key), written when the run starts
+//   run.json                 tokenizer, teacher, students, schedule, config hash, device
+//   metrics.jsonl            one record per optimizer step (run_folder/run_records.h)
+//   eval.jsonl               one record per eval point (validation CE and KL)
+//   diagnostics.jsonl        one record per diagnostic point (residual RMS, identity mapping)
+//   active_layer_tokens.json the active-layer-token record (run_folder/active_layer_tokens.h)
+//   control.secret           the control plane's per-job secret (mode 0600), when generated
+//   train.log                the run's output when a study or the demo runs it with --log
+//   checkpoints/step_<8 digits>/  student.safetensors, optimizer.safetensors, progress.json and
+//                            MANIFEST.json (run_folder/checkpoint_store.h)
+//   final/student.safetensors, final/hf/   the finished student and its Hugging Face export
+class RunFolder {
+ public:
+  explicit RunFolder(std::string dir) : dir_(std::move(dir)) {}
+  const std::string& dir() const { return dir_; }
+
+  std::string config_toml() const { return file("config.toml"); }
+  std::string run_json() const { return file("run.json"); }
+  std::string metrics_jsonl() const { return file("metrics.jsonl"); }
+  std::string eval_jsonl() const { return file("eval.jsonl"); }
+  std::string diagnostics_jsonl() const { return file("diagnostics.jsonl"); }
+  std::string active_layer_tokens_json() const { return file("active_layer_tokens.json"); }
+  std::string control_secret() const { return file("control.secret"); }
+  std::string train_log() const { return file("train.log"); }
+  std::string checkpoints() const { return file("checkpoints"); }
+  std::string final_dir() const { return file("final"); }
+  std::string final_student() const { return file("final/student.safetensors"); }
+  std::string final_hf() const { return file("final/hf"); }
+
+  // The payload files of one checkpoint folder (`checkpoint_dir` = checkpoints/step_XXXXXXXX or its
+  // temporary twin while it is written).
+  static std::string checkpoint_student(const std::string& checkpoint_dir);
+  static std::string checkpoint_optimizer(const std::string& checkpoint_dir);
+  static std::string checkpoint_progress(const std::string& checkpoint_dir);
+
+  // Folder names that are never run folders themselves (the report does not descend into them).
+  static bool is_inner_folder(const std::string& name) { return name == "checkpoints" || name == "final"; }
+
+ private:
+  std::string file(const char* name) const;
+  std::string dir_;
+};
+
+}  // namespace deepen

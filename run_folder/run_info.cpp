@@ -1,0 +1,31 @@
+// config.toml and run.json of a run folder.
+#include "run_folder/run_info.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "config/input_error.h"
+#include "run_folder/run_folder.h"
+
+namespace deepen {
+
+void write_run_start(const std::string& dir, const std::string& run_name, const std::string& resolved_toml,
+                     const nlohmann::json& meta) {
+  std::filesystem::create_directories(dir);
+  const RunFolder run(dir);
+  std::ofstream(run.config_toml()) << "# resolved config of run " << run_name << "\n" << resolved_toml;
+  std::ofstream(run.run_json()) << meta.dump(2) << "\n";
+}
+
+std::optional<nlohmann::json> read_run_json(const std::string& dir) {
+  const std::string path = RunFolder(dir).run_json();
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  std::ifstream in(path);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(path + ": not JSON: " + e.what());
+  }
+}
+
+}  // namespace deepen

@@ -1,0 +1,83 @@
+// Config parsing: typed sections, overrides, and errors that name file, key and reason.
+#include <gtest/gtest.h>
+
+#include "config/config.h"
+#include "config/input_error.h"
+#include "tests/test_support.h"
+
+namespace deepen {
+namespace {
+
+const char* kMinimal = R"(
+[student]
+layers = 3
+[curriculum]
+mode = "grow"
+stage_steps = [10, 10, 10]
+)";
+
+std::string error_of(const std::string& text, const std::vector<std::string>& sets = {}) {
+  return test::error_of([&] { parse_config(text, "x.toml", sets); });
+}
+
+TEST(Config, GrowStagesDefaultToOneBlockPerStage) {
+  Config cfg = parse_config(kMinimal, "x.toml");
+  EXPECT_EQ(cfg.curriculum.stages, (std::vector<int64_t>{1, 2, 3}));
+}
+
+TEST(Config, SetOverridesWinOverTheFile) {
+  Config cfg = parse_config(kMinimal, "x.toml", {"optim.lr=1e-3", "student.norm=post", "run.name=\"a b\""});
+  EXPECT_DOUBLE_EQ(cfg.optim.lr, 1e-3);
+  EXPECT_EQ(cfg.student.norm, "post");
+  EXPECT_EQ(cfg.run.name, "a b");
+}
+
+TEST(Config, PrintedConfigParsesBackToTheSameConfig) {
+  Config cfg = parse_config(kMinimal, "x.toml", {"optim.betas=[0.8, 0.99]", "data.sources=[\"a\", \"b\"]"});
+  Config again = parse_config(to_toml(cfg), "x.toml");
+  EXPECT_EQ(to_toml(cfg), to_toml(again));
+  EXPECT_EQ(config_hash(cfg), config_hash(again));
+}
+
+TEST(Config, UnknownKeyIsNamed) {
+  EXPECT_NE(error_of(std::string(kMinimal) + "\n[optim]\nlearning_rate = 1\n").find("x.toml: optim.learning_rate: unknown key"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"optim.lrr=1"}).find("optim.lrr: unknown key"), std::string::npos);
+  EXPECT_NE(error_of(std::string(kMinimal) + "\n[bogus]\nx = 1\n").find("[bogus]: unknown section"), std::string::npos);
+}
+
+TEST(Config, WrongTypeIsNamed) {
+  EXPECT_NE(error_of(kMinimal, {"student.layers=\"three\""}).find("student.layers: expected an integer, got a string"),
+            std::string::npos);
+}
+
+TEST(Config, MalformedTomlGivesLineAndColumn) {
+  EXPECT_NE(error_of("[student\nlayers = 3\n").find("x.toml:1:"), std::string::npos);
+}
+
+TEST(Config, StagesMustEndAtStudentDepth) {
+  EXPECT_NE(error_of(kMinimal, {"curriculum.stages=[1, 2]", "curriculum.stage_steps=[1, 1]"})
+                .find("curriculum.stages: must end at student.layers = 3, got 2"),
+            std::string::npos);
+}
+
+TEST(Config, IdentityGrowthIsRejectedForPostNorm) {
+  EXPECT_NE(error_of(kMinimal, {"student.norm=post", "curriculum.grow_init=identity"}).find("not function-preserving"),
+            std::string::npos);
+}
+
+TEST(Config, StudentsMustDivideAmongPipelines) {
+  EXPECT_NE(error_of(kMinimal, {"parallel.teacher_pipelines=2", "parallel.students=3"}).find("parallel.students"),
+            std::string::npos);
+}
+
+TEST(Config, CountsTakeSuffixes) {
+  EXPECT_EQ(parse_count("50M"), 50'000'000);
+  EXPECT_EQ(parse_count("2.5B"), 2'500'000'000);
+  EXPECT_EQ(parse_count("1234"), 1234);
+  EXPECT_THROW(parse_count("12x"), std::invalid_argument);
+  EXPECT_THROW(parse_count("1.5"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace deepen

@@ -1,0 +1,182 @@
+// Rank layout: roles, groups, layer split, rejections and placement checks, without MPI or a GPU.
+#include <algorithm>
+#include <functional>
+#include <tuple>
+
+#include <gtest/gtest.h>
+
+#include "config/config.h"
+#include "config/input_error.h"
+#include "dist/rank_layout.h"
+#include "tests/test_support.h"
+
+namespace deepen {
+namespace {
+
+ParallelConfig parallel(int64_t T, int64_t P, int64_t S) {
+  ParallelConfig c;
+  c.teacher_pipelines = T;
+  c.teacher_stages = P;
+  c.students = S;
+  return c;
+}
+
+using test::error_of;
+
+TEST(RankLayout, TwoPipelinesOfTwoStagesAndFourStudents) {
+  // The worked example of rank_layout.h.
+  const RankLayout l = make_rank_layout(parallel(2, 2, 4), 8, 36);
+  ASSERT_EQ(l.ranks.size(), 8u);
+  const int pipeline[] = {0, 0, 1, 1, 0, 0, 1, 1};
+  const int stage[] = {0, 1, 0, 1, -1, -1, -1, -1};
+  const int student[] = {-1, -1, -1, -1, 0, 1, 2, 3};
+  for (int r = 0; r < 8; ++r) {
+    EXPECT_EQ(l.ranks[r].is_teacher(), r < 4) << r;
+    EXPECT_EQ(l.ranks[r].pipeline, pipeline[r]) << r;
+    EXPECT_EQ(l.ranks[r].stage, stage[r]) << r;
+    EXPECT_EQ(l.ranks[r].student, student[r]) << r;
+  }
+  EXPECT_EQ(l.ranks[0].first_layer, 0);
+  EXPECT_EQ(l.ranks[0].last_layer, 18);
+  EXPECT_EQ(l.ranks[3].first_layer, 18);
+  EXPECT_EQ(l.ranks[3].last_layer, 36);
+  EXPECT_EQ(l.ranks[5].last_layer - l.ranks[5].first_layer, 0);
+  EXPECT_EQ(l.group_ranks(GroupKind::kTeacherPipeline, 0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(l.group_ranks(GroupKind::kTeacherPipeline, 1), (std::vector<int>{2, 3}));
+  EXPECT_EQ(l.group_ranks(GroupKind::kLogitChannel, 0), (std::vector<int>{1, 4, 5}));
+  EXPECT_EQ(l.group_ranks(GroupKind::kLogitChannel, 1), (std::vector<int>{3, 6, 7}));
+  EXPECT_EQ(l.group_ranks(GroupKind::kStudents), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(l.teacher_rank(1, 0), 2);
+  EXPECT_EQ(l.student_rank(2), 6);
+}
+
+TEST(RankLayout, OnePipelineOfThreeStagesAndTwoStudents) {
+  const RankLayout l = make_rank_layout(parallel(1, 3, 2), 5, 10);
+  EXPECT_EQ(l.group_ranks(GroupKind::kTeacherPipeline, 0), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(l.group_ranks(GroupKind::kLogitChannel, 0), (std::vector<int>{2, 3, 4}));
+  EXPECT_EQ(l.group_ranks(GroupKind::kStudents), (std::vector<int>{3, 4}));
+  EXPECT_EQ(l.ranks[1].first_layer, 4);  // 10 layers over 3 stages: [0,4) [4,7) [7,10)
+  EXPECT_EQ(l.ranks[1].last_layer, 7);
+}
+
+// The slots handed to Communicator::split must reproduce group_ranks exactly: for every kind and
+// every rank, membership, color = group index and key = position in the group.
+TEST(RankLayout, SplitSlotsReproduceTheGroups) {
+  for (auto [T, P, S] : {std::tuple{1, 1, 1}, {2, 1, 2}, {1, 2, 2}, {2, 2, 4}, {3, 2, 6}, {2, 3, 2}}) {
+    const RankLayout l = make_rank_layout(parallel(T, P, S), T * P + S, 12);
+    for (GroupKind kind : {GroupKind::kTeacherPipeline, GroupKind::kLogitChannel, GroupKind::kStudents}) {
+      std::vector<std::vector<int>> from_slots(l.group_count(kind));
+      for (int r = 0; r < l.world_size; ++r) {
+        const GroupSlot s = l.slot(r, kind);
+        if (!s.member()) continue;
+        ASSERT_LT(s.color, l.group_count(kind));
+        auto& g = from_slots[s.color];
+        if (static_cast<int>(g.size()) <= s.key) g.resize(s.key + 1, -1);
+        EXPECT_EQ(g[s.key], -1) << "two ranks with one key";
+        g[s.key] = r;
+      }
+      for (int i = 0; i < l.group_count(kind); ++i)
+        EXPECT_EQ(from_slots[i], l.group_ranks(kind, i)) << T << "x" << P << "+" << S;
+    }
+  }
+}
+
+TEST(RankLayout, EachStudentIsFedByExactlyOneLogitChannel) {
+  const RankLayout l = make_rank_layout(parallel(3, 1, 6), 9, 4);
+  for (int s = 0; s < 6; ++s) {
+    int channels = 0;
+    for (int t = 0; t < 3; ++t) {
+      const auto g = l.group_ranks(GroupKind::kLogitChannel, t);
+      channels += std::count(g.begin(), g.end(), l.student_rank(s));
+    }
+    EXPECT_EQ(channels, 1);
+    EXPECT_EQ(l.ranks[l.student_rank(s)].pipeline, s / 2);
+  }
+}
+
+TEST(RankLayout, RejectsAWorldSizeThatDoesNotMatch) {
+  const std::string e = error_of([] { make_rank_layout(parallel(2, 2, 4), 6, 36); });
+  EXPECT_NE(e.find("world size 6"), std::string::npos) << e;
+  EXPECT_NE(e.find("parallel.teacher_pipelines"), std::string::npos) << e;
+  EXPECT_NE(e.find("= 8"), std::string::npos) << e;
+}
+
+TEST(RankLayout, RejectsStudentsNotDivisibleByPipelines) {
+  const std::string e = error_of([] { make_rank_layout(parallel(2, 1, 3), 5, 36); });
+  EXPECT_NE(e.find("parallel.students = 3"), std::string::npos) << e;
+  EXPECT_NE(e.find("parallel.teacher_pipelines = 2"), std::string::npos) << e;
+}
+
+TEST(RankLayout, RejectsMoreStagesThanTeacherLayers) {
+  const std::string e = error_of([] { make_rank_layout(parallel(1, 5, 1), 6, 4); });
+  EXPECT_NE(e.find("parallel.teacher_stages"), std::string::npos) << e;
+  EXPECT_NE(e.find("4 layers"), std::string::npos) << e;
+}
+
+TEST(RankLayout, RejectsCountsBelowOne) {
+  EXPECT_NE(error_of([] { make_rank_layout(parallel(0, 1, 1), 1, 4); }).find("parallel.teacher_pipelines"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { make_rank_layout(parallel(1, 1, 0), 1, 4); }).find("parallel.students"),
+            std::string::npos);
+}
+
+TEST(RankLayout, DescribeNamesEveryRankAndGroup) {
+  const std::string d = make_rank_layout(parallel(2, 2, 4), 8, 36).describe();
+  EXPECT_NE(d.find("rank 3: teacher pipeline 1 stage 1, layers [18, 36)"), std::string::npos) << d;
+  EXPECT_NE(d.find("rank 6: student 2, fed by pipeline 1"), std::string::npos) << d;
+  EXPECT_NE(d.find("logit channel 1 = {3,6,7}"), std::string::npos) << d;
+  EXPECT_NE(d.find("students = {4,5,6,7}"), std::string::npos) << d;
+}
+
+TEST(Placement, OneNodeMayHoldEverything) {
+  const RankLayout l = make_rank_layout(parallel(1, 2, 2), 4, 8);
+  EXPECT_TRUE(check_placement(l, {"a", "a", "a", "a"}).empty());
+}
+
+TEST(Placement, TeachersAndStudentsOnSeparateNodesPass) {
+  const RankLayout l = make_rank_layout(parallel(2, 2, 4), 8, 8);
+  EXPECT_TRUE(check_placement(l, {"t1", "t1", "t1", "t1", "s1", "s1", "s2", "s2"}).empty());
+}
+
+TEST(Placement, ANodeWithTeachersAndStudentsIsRejectedOnSeveralNodes) {
+  // 3 tasks per node do not divide the 4 teacher ranks: node b gets teacher 3 and students 4,5.
+  const RankLayout l = make_rank_layout(parallel(2, 2, 2), 6, 8);
+  const std::string e = error_of([&] { check_placement(l, {"a", "a", "a", "b", "b", "b"}); });
+  EXPECT_NE(e.find("node b hosts teacher ranks {3} and student ranks {4,5}"), std::string::npos) << e;
+}
+
+TEST(Placement, APipelineSpanningNodesIsAWarning) {
+  const RankLayout l = make_rank_layout(parallel(1, 4, 4), 8, 8);
+  const auto w = check_placement(l, {"a", "a", "b", "b", "c", "c", "c", "c"});
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("teacher pipeline 0 spans nodes a, b"), std::string::npos) << w[0];
+}
+
+TEST(Placement, DeviceFollowsTheLocalRankAndNeverDoublesUp) {
+  EXPECT_EQ(choose_cuda_device(3, 8, 8), 3);
+  EXPECT_EQ(choose_cuda_device(1, 2, 8), 1);
+  EXPECT_EQ(choose_cuda_device(2, 4, 1), 0);  // one visible GPU per task (--gpus-per-task=1)
+  EXPECT_THROW(choose_cuda_device(0, 4, 2), InputError);
+  EXPECT_THROW(choose_cuda_device(0, 1, 0), InputError);
+}
+
+TEST(Placement, TwoRanksOnOneGpuAreNamed) {
+  EXPECT_NO_THROW(check_distinct_devices({"a/0000:01:00.0", "a/0000:02:00.0", "b/0000:01:00.0"}));
+  const std::string e =
+      error_of([] { check_distinct_devices({"a/0000:01:00.0", "b/0000:01:00.0", "a/0000:01:00.0"}); });
+  EXPECT_NE(e.find("ranks 0 and 2"), std::string::npos) << e;
+}
+
+TEST(Placement, AutoBackendPicksNcclOnlyWithDevicesAndNccl) {
+  EXPECT_EQ(resolve_backend("auto", true, 8), "nccl");
+  EXPECT_EQ(resolve_backend("auto", true, 0), "mpi");
+  EXPECT_EQ(resolve_backend("auto", false, 8), "mpi");
+  EXPECT_EQ(resolve_backend("mpi", true, 8), "mpi");
+  EXPECT_EQ(resolve_backend("nccl", true, 1), "nccl");
+  EXPECT_NE(error_of([] { resolve_backend("nccl", false, 8); }).find("parallel.backend"), std::string::npos);
+  EXPECT_NE(error_of([] { resolve_backend("nccl", true, 0); }).find("no CUDA device"), std::string::npos);
+  EXPECT_THROW(resolve_backend("gloo", true, 0), InputError);
+}
+
+}  // namespace
+}  // namespace deepen

@@ -1,0 +1,237 @@
+// Single-process trainer: growth, eval and diagnostic records, freeze control, exact resume, bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <torch/torch.h>
+
+#include "config/config.h"
+#include "config/input_error.h"
+#include "curriculum/growth_schedule.h"
+#include "data/token_shards.h"
+#include "data/tokenizer.h"
+#include "launch/student_job.h"
+#include "model/student.h"
+#include "model/student_io.h"
+#include "run_folder/active_layer_tokens.h"
+#include "run_folder/run_records.h"
+#include "tests/launch/tiny_world.h"
+
+namespace deepen {
+namespace {
+namespace fs = std::filesystem;
+
+using test::TinyWorld;
+
+JobOptions quiet() {
+  JobOptions o;
+  o.print_progress = false;
+  return o;
+}
+
+std::vector<nlohmann::json> records(const fs::path& run, const char* file) {
+  return read_jsonl((run / file).string());
+}
+
+TEST(Trainer, GrowRunRecordsGrowthEventsEvalAndDiagnostics) {
+  TinyWorld world;
+  for (const std::string norm : {"pre", "post"}) {
+    const Config cfg = world.config(norm + "-grow", {"student.norm=" + norm});
+    ASSERT_EQ(run_train_job(cfg, quiet()), kExitOk);
+    const fs::path run = world.dir(norm + "-grow");
+
+    const auto metrics = records(run, "metrics.jsonl");
+    ASSERT_EQ(metrics.size(), 9u);
+    const int64_t want_depth[] = {1, 1, 1, 2, 2, 2, 3, 3, 3};
+    for (size_t i = 0; i < 9; ++i) {
+      EXPECT_EQ(metrics[i]["step"].get<int64_t>(), static_cast<int64_t>(i));
+      EXPECT_EQ(metrics[i]["depth"].get<int64_t>(), want_depth[i]) << norm << " step " << i;
+      EXPECT_TRUE(std::isfinite(metrics[i]["loss"].get<double>()));
+      EXPECT_GT(metrics[i]["kl"].get<double>(), 0.0);
+    }
+    // 4 sequences × 32 tokens per step; Σ tokens × depth = 128·(3·1 + 3·2 + 3·3).
+    EXPECT_EQ(metrics.back()["active_layer_tokens"].get<int64_t>(), 128 * 18);
+    const auto alt = read_active_layer_tokens(run.string());
+    EXPECT_TRUE(alt.complete);
+    EXPECT_EQ(alt.active_layer_tokens, 128 * 18);
+
+    // Evals every 4 steps (after steps 3, 7) and at each stage end (steps 2, 5, 8).
+    const auto evals = records(run, "eval.jsonl");
+    std::vector<int64_t> eval_steps;
+    for (const auto& e : evals) {
+      eval_steps.push_back(e["step"].get<int64_t>());
+      EXPECT_GT(e["val_ce"].get<double>(), 0.0);
+      EXPECT_GT(e["val_kl"].get<double>(), 0.0);
+    }
+    EXPECT_EQ(eval_steps, (std::vector<int64_t>{2, 3, 5, 7, 8}));
+    EXPECT_TRUE(evals[0]["stage_end"].get<bool>());
+    EXPECT_FALSE(evals[1]["stage_end"].get<bool>());
+
+    // Diagnostics at both growth events (on the pre-growth model) and every 4 steps.
+    const auto diags = records(run, "diagnostics.jsonl");
+    std::vector<std::pair<std::string, int64_t>> events;
+    for (const auto& d : diags) events.emplace_back(d["event"].get<std::string>(), d["depth"].get<int64_t>());
+    EXPECT_EQ(events, (std::vector<std::pair<std::string, int64_t>>{
+                          {"growth", 1}, {"periodic", 2}, {"growth", 2}, {"periodic", 3}}));
+    for (const auto& d : diags) {
+      const int64_t depth = d["depth"].get<int64_t>();
+      const auto& residual = d["residual"];
+      ASSERT_EQ(residual["entering"].size(), static_cast<size_t>(depth)) << d.dump();
+      // 2 diagnostic sequences: two `first` tokens; the rest split over structural and content.
+      EXPECT_EQ(residual["boundary"]["tokens"]["first"].get<int64_t>(), 2);
+      EXPECT_GT(residual["boundary"]["tokens"]["content"].get<int64_t>(), 0);
+      for (const char* cls : {"first", "content"}) {
+        EXPECT_GT(residual["boundary"]["mean"][cls].get<double>(), 0.0) << cls;
+        EXPECT_GT(residual["entering"][0]["mean"][cls].get<double>(), 0.0) << cls;
+        const double change = d["identity_last_block"]["relative_change"]["mean"][cls].get<double>();
+        const double cosine = d["identity_last_block"]["cosine"]["mean"][cls].get<double>();
+        EXPECT_GT(change, 0.0) << cls;
+        EXPECT_GE(cosine, -1.0);
+        EXPECT_LE(cosine, 1.0);
+      }
+    }
+    // Post-norm blocks end in RMSNorm: the boundary representation has RMS ~1 (unit gains at init
+    // and after a few steps), while pre-norm's residual stream is not normalized.
+    const double boundary_rms = diags.back()["residual"]["boundary"]["mean"]["content"].get<double>();
+    if (norm == "post") EXPECT_NEAR(boundary_rms, 1.0, 0.1);
+    EXPECT_TRUE(fs::exists(run / "final" / "hf" / "config.json"));
+    EXPECT_TRUE(fs::exists(run / "config.toml"));
+  }
+}
+
+TEST(Trainer, ResumedRunContinuesTheExactLossCurveAcrossAGrowthEvent) {
+  TinyWorld world;
+  ASSERT_EQ(run_train_job(world.config("whole"), quiet()), kExitOk);
+
+  JobOptions stop = quiet();
+  stop.stop_after_steps = 2;  // checkpoint after step 1; the resumed part grows at step 3
+  ASSERT_EQ(run_train_job(world.config("split"), stop), kExitRequeue);
+  EXPECT_EQ(records(world.dir("split"), "metrics.jsonl").size(), 2u);
+  ASSERT_EQ(run_train_job(world.config("split"), quiet()), kExitOk);
+
+  const auto a = records(world.dir("whole"), "metrics.jsonl");
+  const auto b = records(world.dir("split"), "metrics.jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (const char* key : {"loss", "kl", "ce", "grad_norm"}) {
+      const double x = a[i][key].get<double>(), y = b[i][key].get<double>();
+      EXPECT_LE(std::abs(x - y), 1e-6 * std::abs(x)) << key << " at step " << i;
+    }
+  }
+  const auto ea = records(world.dir("whole"), "eval.jsonl");
+  const auto eb = records(world.dir("split"), "eval.jsonl");
+  ASSERT_EQ(ea.size(), eb.size());
+  for (size_t i = 0; i < ea.size(); ++i)
+    EXPECT_LE(std::abs(ea[i]["val_ce"].get<double>() - eb[i]["val_ce"].get<double>()),
+              1e-6 * ea[i]["val_ce"].get<double>());
+}
+
+// A run killed while writing metrics.jsonl leaves its last record cut short (no newline). Resuming
+// must drop that torn line (with a warning naming the file and line), not refuse with "not JSON",
+// and continue the very curve of the uninterrupted run.
+TEST(Trainer, ResumeAfterAKillMidRecordDropsTheTornLineAndContinuesTheSameCurve) {
+  TinyWorld world;
+  ASSERT_EQ(run_train_job(world.config("whole"), quiet()), kExitOk);
+  const fs::path whole = world.dir("whole"), killed = world.dir("killed");
+
+  // The killed run: checkpoints after steps 1 and 3 (checkpoint.every = 2), then it trained on and
+  // wrote step 4's record whole and step 5's half when the kill came (step 5's checkpoint follows
+  // its record, so the newest checkpoint is still the one after step 3).
+  JobOptions stop = quiet();
+  stop.stop_after_steps = 4;
+  ASSERT_EQ(run_train_job(world.config("killed"), stop), kExitRequeue);
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(whole / "metrics.jsonl");
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+  }
+  ASSERT_GE(lines.size(), 6u);
+  {
+    std::ofstream out(killed / "metrics.jsonl", std::ios::app | std::ios::binary);
+    out << lines[4] << "\n" << lines[5].substr(0, lines[5].size() / 2);  // torn mid-record, no newline
+  }
+  ASSERT_THROW(nlohmann::json::parse(lines[5].substr(0, lines[5].size() / 2)), nlohmann::json::exception);
+
+  testing::internal::CaptureStderr();
+  const int rc = run_train_job(world.config("killed"), quiet());
+  const std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_EQ(rc, kExitOk) << err;
+  EXPECT_NE(err.find("metrics.jsonl:6: dropped a torn last line"), std::string::npos) << err;
+
+  // Same operations on the same values in the same order (one thread, CPU): the resumed curve is
+  // the uninterrupted one bit for bit, records included.
+  const auto a = records(whole, "metrics.jsonl");
+  const auto b = records(killed, "metrics.jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(b[i]["step"].get<int64_t>(), static_cast<int64_t>(i));
+    for (const char* key : {"loss", "kl", "ce", "grad_norm", "lr"})
+      EXPECT_EQ(a[i][key].get<double>(), b[i][key].get<double>()) << key << " at step " << i;
+  }
+  const auto ea = records(whole, "eval.jsonl");
+  const auto eb = records(killed, "eval.jsonl");
+  ASSERT_EQ(ea.size(), eb.size());
+  for (size_t i = 0; i < ea.size(); ++i) EXPECT_EQ(ea[i]["val_ce"].get<double>(), eb[i]["val_ce"].get<double>());
+}
+
+TEST(Trainer, FreezeControlKeepsTheTrainedPrefixFixed) {
+  TinyWorld world;
+  ASSERT_EQ(run_train_job(world.config("freeze", {"curriculum.freeze_prefix=true"}), quiet()), kExitOk);
+  // The checkpoint after step 3 (first step at depth 2) vs the final student: block 0 and the
+  // embedding were frozen from step 3 on; block 1 trained during stage 1, then froze in stage 2.
+  const fs::path ckpt = world.dir("freeze") / "checkpoints" / "step_00000003" / "student.safetensors";
+  ASSERT_TRUE(fs::exists(ckpt));
+  auto early = load_student(ckpt.string());
+  auto last = load_student((world.dir("freeze") / "final" / "student.safetensors").string());
+  auto early_params = early->named_parameters();
+  auto last_params = last->named_parameters();
+  int compared = 0;
+  for (const auto& item : early_params) {
+    const std::string& name = item.key();
+    if (name.rfind("layers.0.", 0) == 0 || name == "embed_tokens.weight") {
+      EXPECT_TRUE(torch::equal(item.value(), last_params[name])) << name << " changed while frozen";
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 5);
+  EXPECT_FALSE(torch::equal(early_params["layers.1.mlp.up_proj.weight"], last_params["layers.1.mlp.up_proj.weight"]));
+}
+
+TEST(Trainer, TopkChannelRunCompletesAndMatchesItsOwnRecordFormat) {
+  TinyWorld world;
+  const Config cfg = world.config("topk", {"distill.logits=\"topk\"", "distill.topk=8", "distill.tail=\"bucket\""});
+  ASSERT_EQ(run_train_job(cfg, quiet()), kExitOk);
+  std::ifstream in(world.dir("topk") / "run.json");
+  const auto meta = nlohmann::json::parse(in);
+  EXPECT_EQ(meta["teacher"].get<std::string>(), "topk:8:bucket");
+}
+
+TEST(Trainer, BudgetSmallerThanOneStepFailsBeforeWritingAnything) {
+  TinyWorld world;
+  const Config cfg = world.config("tiny-budget", {"curriculum.stage_steps=[]",
+                                                  "curriculum.stage_tokens=[\"100\", \"1K\", \"1K\"]"});
+  try {
+    run_train_job(cfg, quiet());
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("curriculum.stage_tokens[0]"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(world.dir("tiny-budget")));
+}
+
+TEST(Trainer, TeacherWithAnotherVocabularyIsRejected) {
+  TinyWorld world;
+  const Config cfg = world.config("vocab", {"student.vocab_size=400"});
+  try {
+    run_train_job(cfg, quiet());
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json: vocab_size"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace deepen

@@ -1,0 +1,148 @@
+// TeacherStage: a pipeline of 2 or 3 stages gives the logits of one stage; a stage reads only its
+// own tensors and shards; bad checkpoints are errors naming the file and tensor.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "config/input_error.h"
+#include "model/layer_split.h"
+#include "model/teacher_stage.h"
+#include "model/tensor_bridge.h"
+#include "tests/model/qwen3_fixtures.h"
+
+namespace deepen {
+namespace {
+
+at::Tensor run_pipeline(const std::string& dir, int stages, const at::Tensor& ids) {
+  const int layers = static_cast<int>(read_qwen3_config(dir + "/config.json").num_hidden_layers);
+  const auto ranges = split_layers(layers, stages);
+  at::Tensor x = ids;
+  for (size_t s = 0; s < ranges.size(); ++s) {
+    TeacherStage stage(dir, ranges[s].first, ranges[s].second, s == 0, s + 1 == ranges.size(), at::kFloat);
+    x = stage.forward(x);
+  }
+  return x;
+}
+
+TEST(SplitLayers, BalancedWithTheRemainderOnTheFirstStages) {
+  using R = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(split_layers(36, 4), (R{{0, 9}, {9, 18}, {18, 27}, {27, 36}}));
+  EXPECT_EQ(split_layers(10, 3), (R{{0, 4}, {4, 7}, {7, 10}}));
+  EXPECT_EQ(split_layers(5, 1), (R{{0, 5}}));
+  EXPECT_EQ(split_layers(3, 3), (R{{0, 1}, {1, 2}, {2, 3}}));
+  EXPECT_THROW(split_layers(3, 4), InputError);
+  EXPECT_THROW(split_layers(3, 0), InputError);
+}
+
+TEST(TeacherStage, TwoAndThreeStagesGiveTheSameLogitsAsOne) {
+  for (const std::string name : {"untied_gqa_sharded", "tied_gqa", "untied_mha"}) {
+    const std::string dir = test::tiny_qwen3_fixtures() + "/" + name;
+    const auto ids = test::read_ids(dir + "/ids.txt");
+    const int layers = static_cast<int>(read_qwen3_config(dir + "/config.json").num_hidden_layers);
+    for (const auto& line : ids) {
+      const at::Tensor whole = run_pipeline(dir, 1, line);
+      for (int stages = 2; stages <= std::min(3, layers); ++stages)
+        EXPECT_LE(test::max_abs_diff(run_pipeline(dir, stages, line), whole), 1e-6)
+            << name << " with " << stages << " stages";
+    }
+  }
+}
+
+TEST(TeacherStage, BatchedSequencesMatchSequencesRunAlone) {
+  const std::string dir = test::tiny_qwen3_fixtures() + "/untied_gqa_sharded";
+  const at::Tensor ids = at::randint(0, 97, {3, 9}, at::kLong);
+  TeacherStage model(dir, 0, 5, true, true, at::kFloat);
+  const at::Tensor batched = model.forward(ids);
+  for (int64_t b = 0; b < 3; ++b)
+    EXPECT_LE(test::max_abs_diff(batched[b], model.forward(ids.slice(0, b, b + 1))[0]), 1e-5);
+}
+
+TEST(TeacherStage, MiddleStageReadsOnlyItsLayersAndTheirShards) {
+  const std::string dir = test::tiny_qwen3_fixtures() + "/untied_gqa_sharded";
+  TeacherStage stage(dir, 2, 4, false, false, at::kFloat);
+  ASSERT_FALSE(stage.loaded_tensor_names().empty());
+  for (const std::string& name : stage.loaded_tensor_names()) {
+    const bool in_range = name.rfind("model.layers.2.", 0) == 0 || name.rfind("model.layers.3.", 0) == 0;
+    EXPECT_TRUE(in_range) << name;
+  }
+  EXPECT_EQ(stage.loaded_tensor_names().size(), 2u * 11u);  // 11 tensors per layer without biases
+  const auto shards = SafetensorsCheckpoint::open(dir);
+  std::set<std::string> needed;
+  for (const std::string& name : stage.loaded_tensor_names()) needed.insert(shards.file_of(name));
+  const std::set<std::string> opened(stage.opened_files().begin(), stage.opened_files().end());
+  EXPECT_EQ(opened, needed);
+  size_t shard_files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.path().filename().string().rfind("model-", 0) == 0) ++shard_files;
+  EXPECT_LT(opened.size(), shard_files);
+}
+
+// Copies the tied_gqa fixture with its tensors passed through `edit`, returns the folder.
+template <class Edit>
+std::string edited_checkpoint(const std::string& name, Edit edit) {
+  const std::string src = test::tiny_qwen3_fixtures() + "/tied_gqa";
+  const std::string dst = test::temp_dir(name);
+  std::filesystem::copy_file(src + "/config.json", dst + "/config.json");
+  const SafetensorsFile file = SafetensorsFile::open(src + "/model.safetensors");
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const TensorInfo& info : file.tensors()) tensors.emplace_back(info.name, file_tensor(file, info).clone());
+  edit(tensors);
+  write_tensors(dst + "/model.safetensors", tensors);
+  return dst;
+}
+
+void expect_input_error(const std::string& dir, const std::string& needle) {
+  try {
+    TeacherStage stage(dir, 0, 2, true, true, at::kFloat);
+    ADD_FAILURE() << "expected InputError containing: " << needle;
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(TeacherStage, TensorShapeDisagreeingWithConfigIsNamed) {
+  const std::string dir = edited_checkpoint("teacher_bad_shape", [](auto& tensors) {
+    for (auto& [name, t] : tensors)
+      if (name == "model.layers.1.mlp.up_proj.weight") t = t.narrow(0, 0, 60).contiguous();
+  });
+  expect_input_error(dir, "model.safetensors: tensor model.layers.1.mlp.up_proj.weight: shape [60, 32]");
+}
+
+TEST(TeacherStage, MissingTensorIsNamed) {
+  const std::string dir = edited_checkpoint("teacher_missing", [](auto& tensors) {
+    std::erase_if(tensors, [](const auto& t) { return t.first == "model.layers.0.self_attn.k_norm.weight"; });
+  });
+  expect_input_error(dir, "tensor model.layers.0.self_attn.k_norm.weight: missing");
+}
+
+TEST(TeacherStage, IntegerTensorIsRejected) {
+  const std::string dir = edited_checkpoint("teacher_int", [](auto& tensors) {
+    for (auto& [name, t] : tensors)
+      if (name == "model.norm.weight") t = t.to(at::kInt);
+  });
+  expect_input_error(dir, "tensor model.norm.weight: dtype I32");
+}
+
+TEST(TeacherStage, Bf16CheckpointLoadsIntoFp32) {
+  const std::string dir = edited_checkpoint("teacher_bf16", [](auto& tensors) {
+    for (auto& [name, t] : tensors) t = t.to(at::kBFloat16);
+  });
+  TeacherStage from_bf16(dir, 0, 2, true, true, at::kFloat);
+  TeacherStage original(test::tiny_qwen3_fixtures() + "/tied_gqa", 0, 2, true, true, at::kFloat);
+  const at::Tensor ids = at::randint(0, 97, {1, 8}, at::kLong);
+  // bf16 weights are the fp32 ones rounded to 8 bits: close, not equal.
+  const at::Tensor a = from_bf16.forward(ids), b = original.forward(ids);
+  EXPECT_GT(test::max_abs_diff(a, b), 0.0);
+  EXPECT_LT(test::max_abs_diff(a, b), 0.2 * b.abs().max().item<double>());
+}
+
+TEST(TeacherStage, RangeInconsistentWithRoleIsRejected) {
+  const std::string dir = test::tiny_qwen3_fixtures() + "/tied_gqa";
+  EXPECT_THROW(TeacherStage(dir, 1, 2, true, true, at::kFloat), InputError);   // embedding off layer 0
+  EXPECT_THROW(TeacherStage(dir, 0, 1, true, true, at::kFloat), InputError);   // head before the end
+  EXPECT_THROW(TeacherStage(dir, 0, 3, true, true, at::kFloat), InputError);   // past num_hidden_layers
+}
+
+}  // namespace
+}  // namespace deepen

@@ -1,0 +1,284 @@
+// Cost model: parameter and FLOP counts against hand arithmetic and transformers' Qwen3-8B size,
+// logit bytes, one layout's rates worked by hand, the ranking, and the printed paper plan.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "config/input_error.h"
+#include "model/hf_config.h"
+#include "plan/cost_model.h"
+#include "tests/test_paths.h"
+
+namespace deepen {
+namespace {
+
+// A tiny pair whose numbers are easy to check by hand:
+//   block matmul = 8·4·(2 + 2·1) + 2·4·8 (attention) + 3·8·16 (MLP) = 128 + 64 + 384 = 576
+//   block params = 576 + 2·8 + 2·4 = 600; teacher total (tied) = 4·600 + 32·8 + 8 = 2664
+//   attention per layer at seq 8 = 4·(2·4)·(8+1)/2 = 144; forward per layer = 2·576 + 144 = 1296
+//   head = 2·8·32 = 512; teacher forward = 4·1296 + 512 = 5696
+//   student train at depth 2 = 3·(2·1296 + 512) = 9312, at depth 1 = 3·(1296 + 512) = 5424
+ModelShape tiny(int64_t layers) { return {"tiny", layers, 8, 2, 1, 4, 16, 32, true}; }
+
+PlanInput tiny_input() {
+  PlanInput in;
+  in.teacher = tiny(4);
+  in.student = tiny(2);
+  in.seq_len = 8;
+  in.micro_batch = 2;
+  in.grad_accum = 1;
+  in.distill.logits = "full";
+  in.distill.channel_dtype = FloatDtype::kFp32;
+  in.stage_depths = {2};
+  in.stage_tokens = {1};
+  return in;
+}
+
+ClusterSpec tiny_cluster() {
+  ClusterSpec c;
+  c.nodes = 1;
+  c.gpus_per_node = 4;
+  c.flops = 1e6;
+  c.mfu = c.teacher_mfu = 1;
+  c.intra_bw = c.inter_bw = 1e9;
+  c.memory = 1e12;
+  return c;
+}
+
+TEST(CostModel, TinyModelCountsByHand) {
+  EXPECT_EQ(block_matmul_params(tiny(4)), 576);
+  EXPECT_EQ(block_params(tiny(4)), 600);
+  EXPECT_EQ(total_params(tiny(4)), 2664);
+  EXPECT_DOUBLE_EQ(forward_flops_per_token(tiny(4), 4, 8, true), 5696);
+  EXPECT_DOUBLE_EQ(forward_flops_per_token(tiny(4), 4, 8, false), 5184);
+  EXPECT_DOUBLE_EQ(train_flops_per_token(tiny(2), 2, 8), 9312);
+  EXPECT_DOUBLE_EQ(train_flops_per_token(tiny(2), 1, 8), 5424);
+}
+
+// Qwen3-8B has 8,190,735,360 parameters (transformers' num_parameters() on its config); the header's
+// worked example gives the FLOPs.
+TEST(CostModel, Qwen3_8BParametersAndFlops) {
+  const auto q = known_qwen3_shape("/models/Qwen3-8B");
+  ASSERT_TRUE(q);
+  EXPECT_EQ(block_params(*q), 192'946'432);
+  EXPECT_EQ(total_params(*q), 8'190'735'360);
+  EXPECT_DOUBLE_EQ(forward_flops_per_token(*q, 36, 4096, true), 13'891'534'848.0 + 1'208'254'464.0 + 1'244'659'712.0);
+  // Qwen3-0.6B ties its embeddings: 596,049,920 parameters (0.6B).
+  EXPECT_EQ(total_params(*known_qwen3_shape("Qwen3-0.6B")), 596'049'920);
+  EXPECT_FALSE(known_qwen3_shape("llama-7b"));
+}
+
+TEST(CostModel, LogitBytesFullAndTopK) {
+  DistillConfig d;
+  d.logits = "full";
+  d.channel_dtype = FloatDtype::kFp32;
+  EXPECT_DOUBLE_EQ(logit_bytes_per_token(d, 151936, 16384, 0), 607'744);
+  d.channel_dtype = FloatDtype::kBf16;
+  EXPECT_DOUBLE_EQ(logit_bytes_per_token(d, 151936, 16384, 0), 303'872);
+  d.logits = "topk";
+  d.topk = 64;
+  d.tail = "renormalize";
+  EXPECT_DOUBLE_EQ(logit_bytes_per_token(d, 151936, 16384, 0), 384);
+  d.tail = "bucket";
+  EXPECT_DOUBLE_EQ(logit_bytes_per_token(d, 151936, 16384, 0), 386);
+  EXPECT_DOUBLE_EQ(logit_bytes_per_token(d, 151936, 64, 64), 387);  // a 64-byte header over 64 tokens
+}
+
+// T=1, P=2, S=1 on 1 MFLOP/s devices. Stages hold 2 + 2 layers; the last also the head:
+//   stage 0: 2·1296 = 2592 FLOP -> 2.592 ms/token; stage 1: 2592 + 512 = 3104 -> 3.104 ms/token
+//   streaming, the pipeline delivers one token per 3.104 ms: 322.16 tok/s
+//   student: 16 tokens per step × 9312 FLOP = 0.148992 s -> 107.39 tok/s: the students are the bound.
+TEST(CostModel, OneLayoutWorkedByHand) {
+  const LayoutEstimate e = estimate_layout(tiny_input(), tiny_cluster(), 1, 2, 1);
+  EXPECT_NEAR(e.teacher_stage_s_per_token, 3.104e-3, 1e-9);  // activations: 32 B at 1 GB/s, hidden by compute
+  EXPECT_DOUBLE_EQ(e.pipeline_efficiency, 1.0);
+  EXPECT_NEAR(e.teacher_tokens_per_s, 1 / 3.104e-3, 1e-6);
+  EXPECT_DOUBLE_EQ(e.channel_bytes_per_token, 32 * 4 + 64.0 / 16);
+  ASSERT_EQ(e.student_tokens_per_s.size(), 1u);
+  EXPECT_NEAR(e.student_tokens_per_s[0], 16 / 0.148992, 1e-6);
+  EXPECT_NEAR(e.mean_tokens_per_s, 16 / 0.148992, 1e-6);
+  EXPECT_EQ(e.bottleneck, "students");
+  EXPECT_NEAR(e.supply_over_demand, (1 / 3.104e-3) / (16 / 0.148992), 1e-9);
+  // Three students: 3 × 16 tokens per step, minus a ring all-reduce of 4·1464 B of gradients
+  // (2·2/3 × 5856 B at 1 GB/s = 7.808 µs): 322.15 tok/s against the teacher's 322.16: balanced.
+  const LayoutEstimate three = estimate_layout(tiny_input(), tiny_cluster(), 1, 2, 3);
+  EXPECT_NEAR(three.student_tokens_per_s[0], 48 / (0.148992 + 7.808e-6), 1e-6);
+  EXPECT_NEAR(three.supply_over_demand, 1.0, 1e-3);
+  // A run of 160 tokens per pipeline is 10 micro-batches of 16: the fill costs 1 of 11 slots.
+  PlanInput short_run = tiny_input();
+  short_run.total_tokens = 160;
+  EXPECT_NEAR(estimate_layout(short_run, tiny_cluster(), 1, 2, 1).pipeline_efficiency, 10.0 / 11, 1e-12);
+}
+
+TEST(CostModel, CurriculumMeanIsTokenWeightedHarmonic) {
+  PlanInput in = tiny_input();
+  in.stage_depths = {1, 2};
+  in.stage_tokens = {3, 1};
+  const LayoutEstimate e = estimate_layout(in, tiny_cluster(), 1, 1, 1);
+  ASSERT_EQ(e.job_tokens_per_s.size(), 2u);
+  const double want = 4 / (3 / e.job_tokens_per_s[0] + 1 / e.job_tokens_per_s[1]);
+  EXPECT_NEAR(e.mean_tokens_per_s, want, 1e-9);
+  // depth 1 is cheaper for the student, so the teacher (5.696 ms/token, one stage) binds there.
+  EXPECT_NEAR(e.job_tokens_per_s[0], std::min(1 / 5.696e-3, 16 / (16 * 5424 / 1e6)), 1e-6);
+}
+
+TEST(CostModel, SharedCoresBoundTheJob) {
+  ClusterSpec c = tiny_cluster();
+  c.shared_cores = 1;  // four ranks on one core: every token costs 5696 + 9312 core-FLOP
+  const LayoutEstimate e = estimate_layout(tiny_input(), c, 1, 2, 1);
+  EXPECT_NEAR(e.mean_tokens_per_s, 1e6 / (5696 + 9312), 1e-6);
+  EXPECT_EQ(e.bottleneck, "cores");
+}
+
+TEST(CostModel, RankingRespectsTheRulesAndIsBestFirst) {
+  const auto ranked = rank_layouts(tiny_input(), tiny_cluster());
+  ASSERT_FALSE(ranked.empty());
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    const auto& e = ranked[i];
+    EXPECT_EQ(e.S % e.T, 0);
+    EXPECT_LE(e.T * e.P + e.S, 4);
+    EXPECT_LE(e.P, 4);
+    if (i) EXPECT_LE(e.mean_tokens_per_s, ranked[0].mean_tokens_per_s * 1.005);
+  }
+  // Four devices: a whole-teacher rank supplies 175.6 tok/s, a student consumes 107.4 at depth 2.
+  // 1x1+2 and 1x1+3 run at the teacher's 175.6; 1x2+2 (322 vs 214.8) and 2x1+2 (351 vs 214.8) at
+  // the students' 214.8, a tie that the shorter pipeline wins.
+  EXPECT_EQ(ranked[0].T, 2);
+  EXPECT_EQ(ranked[0].P, 1);
+  EXPECT_EQ(ranked[0].S, 2);
+}
+
+// On several nodes teachers and students must not share one (dist/rank_layout.h's placement rule).
+TEST(CostModel, MultiNodeLayoutsKeepTeachersOnTheirOwnNodes) {
+  ClusterSpec c = cluster_preset("h200");
+  c.nodes = 2;
+  PlanInput in = tiny_input();
+  in.teacher = *known_qwen3_shape("qwen3-8b");
+  in.student = {"student", 9, 1024, 16, 8, 64, 3072, 151936, true};
+  in.seq_len = 4096;
+  for (const auto& e : rank_layouts(in, c)) EXPECT_EQ((e.T * e.P) % 8, 0) << e.T << "x" << e.P;
+}
+
+// The paper's setup: Qwen3-8B teacher, nine-layer student growing 1..9, top-64 logits, on two
+// 8-GPU H200 nodes. The plan must pick a feasible balanced layout and print its reasoning.
+TEST(CostModel, PaperPlanOnH200PrintsARecommendationWithNumbers) {
+  PlanInput in;
+  in.teacher = *known_qwen3_shape("qwen3-8b");
+  in.student = {"student", 9, 1024, 16, 8, 64, 3072, 151936, true};
+  in.seq_len = 4096;
+  in.micro_batch = 4;
+  in.distill.logits = "topk";
+  in.distill.topk = 64;
+  in.distill.channel_dtype = FloatDtype::kBf16;
+  in.stage_depths = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  in.stage_tokens = std::vector<double>(9, 1.0);
+  ClusterSpec c = cluster_preset("h200");
+  c.nodes = 2;
+  const auto ranked = rank_layouts(in, c);
+  ASSERT_FALSE(ranked.empty());
+  const auto& best = ranked[0];
+  EXPECT_TRUE(best.fits_memory);
+  // The teacher forward of 8B (16.3 GFLOP/token) outweighs a 9-layer student's training
+  // (1.8 GFLOP/token at full depth), so the job is teacher bound and gets all teacher devices the
+  // node rule allows (one node of 8).
+  EXPECT_EQ(best.bottleneck, "teacher");
+  EXPECT_EQ(best.T * best.P, 8);
+  const std::string text = describe_plan(in, c, ranked);
+  EXPECT_NE(text.find("Recommendation: T="), std::string::npos) << text;
+  EXPECT_NE(text.find("teacher_pipelines = " + std::to_string(best.T)), std::string::npos) << text;
+  std::cout << text;
+}
+
+TEST(CostModel, CpuCalibrationFromASingleProcessRate) {
+  PlanInput in = tiny_input();
+  // 10 tokens/s measured at depth 2 on 2 threads: (5696 + 9312) · 10 / 2 = 75,040 FLOP/s per core.
+  const ClusterSpec c = calibrate_cpu(in, {{2, 10.0}}, 2, 2, 4, 5e9);
+  EXPECT_DOUBLE_EQ(c.flops, 75'040);
+  EXPECT_EQ(c.devices(), 4);
+  // One process on both cores reproduces the measurement through the pool bound.
+  const LayoutEstimate e = estimate_layout(in, c, 1, 1, 1);
+  EXPECT_NEAR(e.mean_tokens_per_s, 10.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace deepen
+
+namespace deepen {
+namespace {
+
+// A run folder as the trainer writes it, enough for the model check: config.toml (with a teacher
+// folder holding config.json), run.json and metrics.jsonl at a constant rate.
+std::string fake_timed_run(const std::string& root, const std::string& name, int64_t T, int64_t P, int64_t S,
+                           bool distributed, double tokens_per_s) {
+  namespace fs = std::filesystem;
+  const std::string dir = root + "/" + name;
+  fs::create_directories(root + "/teacher");
+  Qwen3Config t;
+  t.vocab_size = 32;
+  t.hidden_size = 8;
+  t.intermediate_size = 16;
+  t.num_hidden_layers = 4;
+  t.num_attention_heads = 2;
+  t.num_key_value_heads = 1;
+  t.head_dim = 4;
+  t.tie_word_embeddings = true;
+  write_qwen3_config(t, root + "/teacher/config.json");
+  Config c;
+  c.run.out_dir = dir;
+  c.run.threads = 1;
+  c.data.seq_len = 8;
+  c.teacher.checkpoint = root + "/teacher";
+  c.student = {};
+  c.student.layers = 2;
+  c.student.hidden = 8;
+  c.student.heads = 2;
+  c.student.kv_heads = 1;
+  c.student.head_dim = 4;
+  c.student.intermediate = 16;
+  c.student.vocab_size = 32;
+  c.curriculum.mode = "joint";
+  c.curriculum.stages = {2};
+  c.curriculum.stage_steps = {10};
+  c.distill.logits = "full";
+  c.parallel.teacher_pipelines = T;
+  c.parallel.teacher_stages = P;
+  c.parallel.students = S;
+  c.parallel.micro_batch = 2;
+  fs::create_directories(dir);
+  std::ofstream(dir + "/config.toml") << to_toml(c);
+  std::ofstream m(dir + "/metrics.jsonl");
+  for (int step = 0; step < 10; ++step)
+    m << "{\"step\": " << step << ", \"stage\": 0, \"depth\": 2, \"channel_bytes\": " << (distributed ? 4096 : 0)
+      << ", \"tokens_per_s\": " << tokens_per_s << "}\n";
+  return dir;
+}
+
+// Calibrated on a one-process run, the model reproduces that run exactly and predicts a layout from
+// the same numbers estimate_layout gives; the error is reported against the measurement.
+TEST(CostModel, CheckAgainstRunsUsesEachRunsOwnLayout) {
+  const std::string root = std::string(test::kBinaryDir) + "/test_scratch/cost_model/check";
+  std::filesystem::remove_all(root);
+  const std::string cal = fake_timed_run(root, "cal", 1, 1, 2, false, 10.0);  // 2 students folded into one process
+  const std::string dist = fake_timed_run(root, "dist", 1, 2, 2, true, 20.0);
+  const Config cc = load_config(cal + "/config.toml");
+  const PlanInput in = plan_input_from_config(cc);
+  EXPECT_EQ(in.teacher.layers, 4);
+  const ClusterSpec c = calibrate_cpu(in, measured_tokens_per_s(cal), 1, 2, 4, 5e9);
+  EXPECT_DOUBLE_EQ(c.flops, 10.0 * (5696 + 9312));  // one thread did teacher + student per token
+  const auto rows = check_against_runs(c, {cal, dist});
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].layout, "one process");
+  EXPECT_NEAR(rows[0].predicted, 10.0, 1e-9);
+  EXPECT_NEAR(rows[0].error(), 0.0, 1e-12);
+  EXPECT_EQ(rows[1].layout, "1x2+2 (4 ranks)");
+  ClusterSpec four = c;
+  four.gpus_per_node = 4;
+  EXPECT_NEAR(rows[1].predicted, estimate_layout(in, four, 1, 2, 2).mean_tokens_per_s, 1e-9);
+  EXPECT_NEAR(rows[1].error(), rows[1].predicted / 20.0 - 1, 1e-12);
+  EXPECT_NE(describe_check(rows).find("mean |error|"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace deepen

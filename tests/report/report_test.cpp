@@ -1,0 +1,357 @@
+// Report: roles from configs, table values recomputed from eval records, comparisons, crossover, plots.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "curriculum/growth_schedule.h"
+#include "report/report.h"
+#include "report/report_plots.h"
+#include "run_folder/active_layer_tokens.h"
+#include "study/study_process.h"
+#include "tests/test_paths.h"
+#include "tests/test_support.h"
+
+namespace deepen {
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string scratch(const std::string& name) { return test::scratch_dir("report", name).string(); }
+
+// A synthetic run the way the trainer writes it. Every grow run has stages [1,2,3] x 10 steps of
+// 1000 tokens; joint runs 30 steps at depth 3; the matched run 20 steps at depth 3 (60000 active-layer
+// tokens, the grow runs' total); single-block runs 10 steps at depth 1. Eval every 5 steps.
+struct FakeRun {
+  std::string name;  // deliberately NOT the role, for the roles-from-config test
+  std::string norm;
+  std::string kind;  // joint | grow | freeze | matched | single
+  int64_t seed;
+};
+
+// Validation CE: pre-norm 4 - 0.05·step, post-norm 4.1 - 0.06·step (post overtakes after step 10),
+// plus a per-kind offset and a small seed- and kind-dependent term, so means and stds are not trivial.
+double fake_ce(const FakeRun& r, int64_t step) {
+  const double kind_offset = r.kind == "joint" ? 0.02 : r.kind == "matched" ? 0.01 : r.kind == "freeze" ? 0.05
+                             : r.kind == "single" ? 0.5 : 0.0;
+  const double seed_term = 0.001 * static_cast<double>(r.seed * r.seed % 7) + 0.0003 * r.seed * (r.norm == "post");
+  return (r.norm == "pre" ? 4.0 - 0.05 * step : 4.1 - 0.06 * step) + kind_offset + seed_term;
+}
+
+std::string write_run(const std::string& root, const FakeRun& r, bool finished = true) {
+  Config c;
+  c.run.name = r.name;
+  c.run.seed = r.seed;
+  c.run.out_dir = root + "/" + r.name + "/seed" + std::to_string(r.seed);
+  c.teacher.checkpoint = "teacher/final/hf";
+  c.student.layers = r.kind == "single" ? 1 : 3;
+  c.student.norm = r.norm;
+  std::vector<int64_t> depths, steps;
+  if (r.kind == "grow" || r.kind == "freeze") {
+    c.curriculum.mode = "grow";
+    c.curriculum.stages = depths = {1, 2, 3};
+    c.curriculum.stage_steps = steps = {10, 10, 10};
+    c.curriculum.freeze_prefix = r.kind == "freeze";
+  } else {
+    c.curriculum.mode = "joint";
+    c.curriculum.stages = depths = {c.student.layers};
+    if (r.kind == "matched") {
+      c.curriculum.budget = "active_layer_tokens:" + root + "/pg/seed" + std::to_string(r.seed);
+      steps = {20};
+    } else {
+      c.curriculum.stage_steps = steps = {r.kind == "single" ? 10 : 30};
+    }
+  }
+  c.eval.every = 5;
+  const std::string dir = c.run.out_dir;
+  fs::create_directories(dir);
+  std::ofstream(dir + "/config.toml") << "# resolved config of run " << r.name << "\n" << to_toml(c);
+  int64_t total = 0;
+  for (int64_t s : steps) total += s;
+  std::ofstream(dir + "/run.json") << json{{"name", r.name}, {"tokenizer", "bytes"}, {"vocab_size", 264},
+                                           {"teacher", "full"}, {"students", 1}, {"tokens_per_step", 1000},
+                                           {"total_steps", total}, {"stage_depths", depths}, {"stage_steps", steps},
+                                           {"config_hash", "x"}, {"resumed", false}}
+                                          .dump(2);
+  const int64_t last = finished ? total : total / 2;
+  std::ofstream eval(dir + "/eval.jsonl");
+  std::ofstream diag(dir + "/diagnostics.jsonl");
+  int64_t alt = 0, stage_first = 0;
+  int stage = 0;
+  for (int64_t step = 0; step < last; ++step) {
+    while (step >= stage_first + steps[static_cast<size_t>(stage)]) stage_first += steps[static_cast<size_t>(stage++)];
+    const int64_t depth = depths[static_cast<size_t>(stage)];
+    alt += 1000 * depth;
+    const bool stage_end = step == stage_first + steps[static_cast<size_t>(stage)] - 1;
+    if ((step + 1) % 5 == 0 || stage_end) {
+      eval << json{{"step", step}, {"stage", stage}, {"depth", depth}, {"stage_end", stage_end},
+                   {"tokens", (step + 1) * 1000}, {"active_layer_tokens", alt}, {"val_ce", fake_ce(r, step)},
+                   {"val_kl", fake_ce(r, step) / 10}, {"val_tokens", 4096}}
+                  .dump()
+           << "\n";
+    }
+    if ((r.kind == "grow" || r.kind == "freeze") && ((step + 1) % 5 == 0)) {
+      const bool growth = stage_end && stage < 2;
+      const double scale = (r.norm == "pre" ? 1.0 + depth : 1.0) * (1 + 0.01 * step);
+      diag << json{{"step", step}, {"stage", stage}, {"depth", depth}, {"event", growth ? "growth" : "periodic"},
+                   {"boundary_rms", {{"first", 3 * scale}, {"structural", scale}, {"content", 1.2 * scale}}},
+                   {"residual_rms", json::array({{{"content", 1.0}}})},
+                   {"identity",
+                    {{"rel_change", {{"first", 0.1 * depth}, {"structural", 0.3}, {"content", 0.5 / depth}}},
+                     {"cos", {{"first", 0.99}, {"structural", 0.9}, {"content", 0.8}}}}}}
+                  .dump()
+           << "\n";
+    }
+  }
+  write_active_layer_tokens(dir, {alt, last * 1000, last, finished});
+  return dir;
+}
+
+// The whole study of DESIGN.md §1 with three seeds, under misleading folder names.
+std::string write_study(const std::string& name, bool with_unfinished = false) {
+  const std::string root = scratch(name);
+  const std::vector<std::tuple<std::string, std::string, std::string>> runs = {
+      {"a", "pre", "joint"},  {"b", "post", "joint"},   {"c", "pre", "grow"},     {"pg", "post", "grow"},
+      {"e", "post", "matched"}, {"f", "pre", "single"}, {"g", "post", "single"}, {"h", "pre", "freeze"},
+      {"i", "post", "freeze"}};
+  for (const auto& [n, norm, kind] : runs)
+    for (int64_t seed : {1, 2, 3}) write_run(root, {n, norm, kind, seed}, !(with_unfinished && n == "a" && seed == 3));
+  return root;
+}
+
+// Recomputes a role's final CE statistics straight from the eval.jsonl files, independently of the
+// report code: last line's val_ce of every seed.
+std::pair<double, double> recompute(const std::string& root, const std::string& run) {
+  std::vector<double> v;
+  for (int seed : {1, 2, 3}) {
+    std::ifstream in(root + "/" + run + "/seed" + std::to_string(seed) + "/eval.jsonl");
+    std::string line, last;
+    while (std::getline(in, line))
+      if (!line.empty()) last = line;
+    v.push_back(json::parse(last).at("val_ce").get<double>());
+  }
+  const double mean = (v[0] + v[1] + v[2]) / 3;
+  double sq = 0;
+  for (double x : v) sq += (x - mean) * (x - mean);
+  return {mean, std::sqrt(sq / 2)};
+}
+
+std::map<std::string, std::vector<std::string>> read_csv_rows(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);  // header
+  std::map<std::string, std::vector<std::string>> rows;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
+    if (line.back() == ',') cells.push_back("");
+    rows[cells[0]] = cells;
+  }
+  return rows;
+}
+
+TEST(Report, StatAndStaysAheadWorkedExamples) {
+  const Stat s = stat({1, 2, 3});
+  EXPECT_EQ(s.n, 3);
+  EXPECT_DOUBLE_EQ(s.mean, 2);
+  ASSERT_TRUE(s.std);
+  EXPECT_DOUBLE_EQ(*s.std, 1);
+  EXPECT_FALSE(stat({5}).std);
+  EXPECT_EQ(stays_ahead_from({3.0, 2.5, 2.4, 2.2}, {2.9, 2.6, 2.3, 2.3}), std::optional<size_t>(3));
+  EXPECT_EQ(stays_ahead_from({3.0, 2.5, 2.2, 2.2}, {2.9, 2.6, 2.3, 2.3}), std::optional<size_t>(1));
+  EXPECT_EQ(stays_ahead_from({1.0, 1.0}, {2.0, 1.0}), std::nullopt);  // a tie at the end is not ahead
+}
+
+TEST(Report, RolesComeFromConfigsNotFolderNames) {
+  const std::string root = write_study("roles");
+  std::vector<RunData> runs;
+  for (const auto& d : find_run_dirs({root})) runs.push_back(load_run(d));
+  ASSERT_EQ(runs.size(), 27u);
+  const Report r = build_report(runs);
+  std::vector<std::string> roles;
+  for (const auto& s : r.roles) roles.push_back(s.role);
+  EXPECT_EQ(roles, (std::vector<std::string>{"pre-joint", "post-joint", "pre-grow", "post-grow", "post-joint-matched",
+                                             "pre-single-block", "post-single-block", "pre-freeze", "post-freeze"}));
+  for (const auto& s : r.roles) EXPECT_EQ(s.seeds, (std::vector<int64_t>{1, 2, 3})) << s.role;
+  EXPECT_EQ(run_kind(runs[0].config, "none (pretraining, CE only)", 3), "pretrain");
+}
+
+TEST(Report, TableValuesEqualThoseRecomputedFromTheEvalRecords) {
+  const std::string root = write_study("values");
+  ReportOptions o;
+  o.out_dir = root + "/report";
+  o.plots = false;
+  write_report({root}, o);
+  const auto rows = read_csv_rows(o.out_dir + "/report.csv");
+  const std::map<std::string, std::string> folder = {
+      {"pre-joint", "a"}, {"post-joint", "b"}, {"pre-grow", "c"}, {"post-grow", "pg"}, {"post-joint-matched", "e"},
+      {"pre-single-block", "f"}, {"post-single-block", "g"}, {"pre-freeze", "h"}, {"post-freeze", "i"}};
+  ASSERT_EQ(rows.size(), folder.size());
+  for (const auto& [role, dir] : folder) {
+    const auto [mean, sd] = recompute(root, dir);
+    ASSERT_TRUE(rows.count(role)) << role;
+    const auto& row = rows.at(role);
+    EXPECT_NEAR(std::stod(row[5]), mean, 1e-10) << role;
+    EXPECT_NEAR(std::stod(row[6]), sd, 1e-10) << role;
+    EXPECT_NE(sd, 0.0);
+  }
+  // The matched run's tokens: 20 steps at depth 3 = the grow run's 60000 active-layer tokens.
+  EXPECT_EQ(rows.at("post-joint-matched")[11], "60000");
+  EXPECT_EQ(rows.at("post-grow")[11], "60000");
+
+  // Δ(post − pre) under joint and grow, from the same recomputation; and the Markdown shows them.
+  const auto cmp = read_csv_rows(o.out_dir + "/comparisons.csv");
+  auto delta = [&](const std::string& name) { return std::stod(cmp.at("\"" + name + "\"")[3]); };
+  EXPECT_NEAR(delta("grow: post − pre"), recompute(root, "pg").first - recompute(root, "c").first, 1e-10);
+  EXPECT_NEAR(delta("joint: post − pre"), recompute(root, "b").first - recompute(root, "a").first, 1e-10);
+  EXPECT_NEAR(delta("matched: post-grow − post-joint-matched"), recompute(root, "pg").first - recompute(root, "e").first,
+              1e-10);
+  std::ifstream md_in(o.out_dir + "/report.md");
+  std::stringstream md;
+  md << md_in.rdbuf();
+  char want[64];
+  const auto [pg_mean, pg_sd] = recompute(root, "pg");
+  std::snprintf(want, sizeof want, "| post-grow | 1, 2, 3 | %.4f ± %.4f |", pg_mean, pg_sd);
+  EXPECT_NE(md.str().find(want), std::string::npos) << want << "\n" << md.str();
+}
+
+TEST(Report, PhaseWiseCrossoverPerStageAndOverall) {
+  const std::string root = write_study("crossover");
+  std::vector<RunData> runs;
+  for (const auto& d : find_run_dirs({root})) runs.push_back(load_run(d));
+  const Report r = build_report(runs);
+  const Crossover* grow = nullptr;
+  for (const auto& x : r.crossovers)
+    if (x.kind == "grow") grow = &x;
+  ASSERT_NE(grow, nullptr);
+  // Eval steps 4, 9 | 14, 19 | 24, 29. Post (4.1 - 0.06 s) passes pre (4 - 0.05 s) after step 10;
+  // the seed term adds 0.0003·mean(seed) = 0.0006 to post, which moves nothing here.
+  ASSERT_EQ(grow->stages.size(), 3u);
+  EXPECT_EQ(grow->stages[0].leader, "pre");
+  EXPECT_FALSE(grow->stages[0].post_ahead_from_step);
+  EXPECT_EQ(grow->stages[1].leader, "post");
+  EXPECT_EQ(grow->stages[1].post_ahead_from_step, std::optional<int64_t>(14));
+  EXPECT_EQ(grow->stages[1].post_ahead_from_tokens, std::optional<int64_t>(15000));
+  EXPECT_EQ(grow->stages[2].post_ahead_from_step, std::optional<int64_t>(24));
+  EXPECT_EQ(grow->stages[2].depth, 3);
+  EXPECT_EQ(grow->post_ahead_from_step, std::optional<int64_t>(14));
+  EXPECT_EQ(grow->eval_points, 6);
+}
+
+TEST(Report, UnfinishedRunIsUsedAtItsLastEvalAndNoted) {
+  const std::string root = write_study("unfinished", true);
+  std::vector<RunData> runs;
+  for (const auto& d : find_run_dirs({root})) runs.push_back(load_run(d));
+  const Report r = build_report(runs);
+  EXPECT_FALSE(r.roles[0].complete);
+  bool noted = false;
+  for (const auto& n : r.notes) noted |= n.find("a/seed3: unfinished") != std::string::npos;
+  EXPECT_TRUE(noted);
+  // pre-joint seed 3 stopped after 15 steps: its last eval is step 14.
+  EXPECT_EQ(r.roles[0].runs[2]->evals.back().step, 14);
+}
+
+// A pretrained teacher in the same folder (deeper, no teacher of its own) is listed as pretrain and
+// does not turn the students' full-depth joint runs into single-block runs.
+TEST(Report, PretrainedTeacherInTheFolderDoesNotSetTheFullDepth) {
+  const std::string root = write_study("with_teacher");
+  const std::string t = write_run(root, {"teacher", "pre", "joint", 1});
+  Config c = load_config(t + "/config.toml");
+  c.student.layers = 6;
+  c.curriculum.stages = {6};
+  std::ofstream(t + "/config.toml") << to_toml(c);
+  std::ofstream(t + "/run.json") << R"j({"teacher": "none (pretraining, CE only)", "stage_steps": [30]})j";
+  std::vector<RunData> runs;
+  for (const auto& d : find_run_dirs({root})) runs.push_back(load_run(d));
+  const Report r = build_report(runs);
+  ASSERT_EQ(r.roles.size(), 10u);
+  EXPECT_EQ(r.roles[0].role, "pre-joint");
+  EXPECT_EQ(r.roles[0].runs.size(), 3u);
+  EXPECT_EQ(r.roles.back().role, "pre-pretrain");
+}
+
+TEST(Report, DifferentConfigsOfOneRoleAreKeptApart) {
+  const std::string root = scratch("apart");
+  write_run(root, {"x", "post", "grow", 1});
+  const std::string other = write_run(root, {"y", "post", "grow", 1});
+  // Same role, different learning rate: a different experiment.
+  Config c = load_config(other + "/config.toml");
+  c.optim.lr = 1e-3;
+  std::ofstream(other + "/config.toml") << to_toml(c);
+  std::vector<RunData> runs;
+  for (const auto& d : find_run_dirs({root})) runs.push_back(load_run(d));
+  const Report r = build_report(runs);
+  ASSERT_EQ(r.roles.size(), 2u);
+  EXPECT_EQ(r.roles[0].role, "post-grow");
+  EXPECT_EQ(r.roles[1].role, "post-grow (y)");
+}
+
+TEST(Report, DiagnosticsRecordParsing) {
+  const DiagnosticPoint d = parse_diagnostic(
+      R"({"step": 9, "stage": 0, "depth": 1, "event": "growth", "boundary_rms": {"first": 2.5, "content": 1.0},
+          "residual_rms": [{"first": 1.0}, {"first": 2.0}],
+          "identity": {"rel_change": {"content": 0.4}, "cos": {"content": 0.9}}})");
+  EXPECT_EQ(d.step, 9);
+  EXPECT_EQ(d.event, "growth");
+  EXPECT_DOUBLE_EQ(d.boundary_rms.at("first"), 2.5);
+  ASSERT_EQ(d.residual_rms.size(), 2u);
+  EXPECT_DOUBLE_EQ(d.residual_rms[1].at("first"), 2.0);
+  EXPECT_DOUBLE_EQ(d.identity_rel.at("content"), 0.4);
+  EXPECT_DOUBLE_EQ(d.identity_cos.at("content"), 0.9);
+  // The trainer's form: curriculum/boundary_diagnostics.h's to_json under any key.
+  const DiagnosticPoint t = parse_diagnostic(
+      R"({"step": 19, "stage": 1, "depth": 2, "event": "growth",
+          "residual": {"entering": [{"mean": {"all": 1.0, "first": 4.0}, "tokens": {"all": 8, "first": 1}},
+                                    {"mean": {"all": 2.0}, "tokens": {"all": 8}}],
+                       "boundary": {"mean": {"content": 3.5, "first": 7.0}, "tokens": {"content": 5, "first": 1}}},
+          "identity": {"relative_change": {"mean": {"structural": 0.25}, "tokens": {"structural": 2}},
+                       "cosine": {"mean": {"structural": 0.75}, "tokens": {"structural": 2}}}})");
+  ASSERT_EQ(t.residual_rms.size(), 2u);
+  EXPECT_DOUBLE_EQ(t.residual_rms[0].at("first"), 4.0);
+  EXPECT_DOUBLE_EQ(t.boundary_rms.at("content"), 3.5);
+  EXPECT_EQ(t.boundary_rms.count("tokens"), 0u);
+  EXPECT_DOUBLE_EQ(t.identity_rel.at("structural"), 0.25);
+  EXPECT_DOUBLE_EQ(t.identity_cos.at("structural"), 0.75);
+  // A bare record (the trainer before diagnostics land) parses with empty parts.
+  EXPECT_TRUE(parse_diagnostic(R"({"step": 3, "event": "periodic"})").boundary_rms.empty());
+}
+
+TEST(Report, PlotsAreRenderedFromTheRecordsWithGrowthEventsMarked) {
+  if (find_in_path("gnuplot").empty()) GTEST_SKIP() << "gnuplot not installed (scripts/setup.sh installs gnuplot-nox)";
+  const std::string root = write_study("plots");
+  ReportOptions o;
+  o.out_dir = root + "/report";
+  const Report r = write_report({root}, o);
+  for (const char* f : {"val_ce.png", "val_ce.svg", "residual_rms.png", "residual_rms.svg", "identity.png",
+                        "identity.svg"}) {
+    ASSERT_TRUE(fs::exists(o.out_dir + "/" + f)) << f;
+    EXPECT_GT(fs::file_size(o.out_dir + "/" + f), 1000u) << f;
+  }
+  // Growth at steps 10 and 20 of the grow runs: one vertical line each.
+  std::ifstream gp(o.out_dir + "/val_ce.gp");
+  std::stringstream script;
+  script << gp.rdbuf();
+  EXPECT_NE(script.str().find("set arrow from 10, graph 0 to 10, graph 1"), std::string::npos);
+  EXPECT_NE(script.str().find("set arrow from 20, graph 0 to 20, graph 1"), std::string::npos);
+  // The plotted curve of post-grow is the mean of the records: check its last point.
+  std::ifstream dat(o.out_dir + "/val_ce.dat");
+  std::string line, block;
+  double last_post_grow = NAN;
+  while (std::getline(dat, line)) {
+    if (line.rfind("# ", 0) == 0) block = line.substr(2, line.find(':') - 2);
+    else if (!line.empty() && block == "post-grow") last_post_grow = std::stod(line.substr(line.rfind(' ')));
+  }
+  EXPECT_NEAR(last_post_grow, recompute(root, "pg").first, 1e-7);
+  std::ifstream md(o.out_dir + "/report.md");
+  std::stringstream text;
+  text << md.rdbuf();
+  EXPECT_NE(text.str().find("![val_ce.png](val_ce.png)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace deepen

@@ -1,0 +1,82 @@
+// Trainer: the state of one student's run, shared by the trainer's files, one concern each:
+//   student_trainer.cpp     the step loop: growth, train step, gradient sync and clipping
+//   trainer_eval.cpp        evaluation on the validation batches (eval.jsonl)
+//   trainer_diagnostics.cpp the diagnostics pass on the fixed batch (diagnostics.jsonl)
+//   trainer_checkpoint.cpp  the run folder: start records, checkpoint save/restore, final export
+// Internal to train/: the public entry point is run_student (train/student_trainer.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "curriculum/growth_schedule.h"
+#include "curriculum/lr_schedule.h"
+#include "model/student.h"
+#include "run_folder/checkpoint_store.h"
+#include "run_folder/progress.h"
+#include "run_folder/run_records.h"
+#include "train/adamw.h"
+#include "train/batch_order.h"
+#include "train/distill_loss.h"
+#include "train/student_trainer.h"
+
+namespace deepen {
+
+// The config hash a checkpoint must match. [control], run.threads and run.device are left out: they
+// change how a job is watched, scheduled and placed, not what it computes (a GPU rounds differently,
+// nothing more), so a requeued job may change them.
+uint64_t resume_hash(const Config& cfg);
+
+class Trainer {
+ public:
+  explicit Trainer(StudentRun& run);
+  RunOutcome run();
+
+ private:
+  struct StepLosses {
+    double loss = 0, kl = 0, ce = 0, grad_norm = 0;
+  };
+
+  // student_trainer.cpp: the step loop.
+  void register_parameters();
+  void grow(int64_t step, int stage);
+  void apply_freeze(int stage);
+  StepLosses train_step(int64_t step, const std::vector<BatchKey>& batches);
+  double clip_gradients(const std::vector<at::Tensor>& grads);
+  void print_progress(const StepReport& r) const;
+
+  // trainer_eval.cpp: validation CE and KL over the eval batches this student owns.
+  void evaluate(int64_t step, int stage, bool stage_end, const std::vector<BatchKey>& batches);
+
+  // trainer_diagnostics.cpp: boundary diagnostics on the fixed diagnostic batch (student 0 only).
+  void diagnose(int64_t step, int stage, const char* event);
+  at::Tensor token_classes(const at::Tensor& inputs) const;
+
+  // trainer_checkpoint.cpp: the run folder.
+  void start_run_folder(bool resuming);
+  void checkpoint(CheckpointStore& store, bool final_step);
+  void restore(const CheckpointStore::Found& found);
+  void finish();
+
+  StudentRun& run_;
+  const Config& cfg_;
+  StudentGroup& group_;
+  bool leader_;
+  at::Device device_;
+  std::string out_dir_;
+  GrowthSchedule schedule_;
+  LrSchedule lr_;
+  BatchCounts batch_counts_;
+  DistillLossOptions loss_options_, eval_options_;
+  std::shared_ptr<GrowableStudent> student_;
+  std::optional<AdamW> optimizer_;
+  std::optional<RunRecords> records_;
+  TrainProgress progress_;
+};
+
+}  // namespace deepen

@@ -1,0 +1,90 @@
+// The trainer's run folder: config and metadata at the start, checkpoint save and restore, the
+// final student and its Hugging Face export (file names: run_folder/run_folder.h).
+#include <filesystem>
+#include <iostream>
+
+#include <ATen/ATen.h>
+
+#include "config/input_error.h"
+#include "data/tokenizer.h"
+#include "model/safetensors.h"
+#include "model/student_io.h"
+#include "model/tensor_bridge.h"
+#include "run_folder/active_layer_tokens.h"
+#include "run_folder/run_folder.h"
+#include "run_folder/run_info.h"
+#include "train/student_group.h"
+#include "train/teacher_source.h"
+#include "train/trainer.h"
+
+namespace deepen {
+
+uint64_t resume_hash(const Config& cfg) {
+  Config c = cfg;
+  c.control = ControlConfig{};
+  c.run.threads = 0;
+  c.run.device = "auto";
+  c.source.clear();
+  return config_hash(c);
+}
+
+void Trainer::start_run_folder(bool resuming) {
+  const std::string resolved = to_toml(cfg_);
+  const nlohmann::json meta = {
+      {"name", cfg_.run.name},
+      {"tokenizer", run_.tokenizer->name()},
+      {"vocab_size", run_.vocab_size},
+      {"teacher", run_.teacher ? run_.teacher->describe() : "none (pretraining, CE only)"},
+      {"students", group_.size()},
+      {"tokens_per_step", schedule_.tokens_per_step},
+      {"total_steps", schedule_.total_steps()},
+      {"stage_depths", schedule_.depths},
+      {"stage_steps", schedule_.stage_steps},
+      {"config_hash", resume_hash(cfg_)},
+      {"resumed", resuming},
+      {"device", device_.str()},
+  };
+  write_run_start(out_dir_, cfg_.run.name, resolved, meta);
+  if (!resuming) std::cout << "# resolved config (" << cfg_.source << ")\n" << resolved << std::flush;
+}
+
+void Trainer::checkpoint(CheckpointStore& store, bool final_step) {
+  group_.check_same(student_->parameter_checksum(), "parameters at checkpoint", progress_.steps_done - 1);
+  if (!leader_) return;
+  progress_.depth = student_->depth();
+  const TrainProgress progress = progress_;
+  const std::string dir = store.save(progress.steps_done - 1, resume_hash(cfg_), [&](const std::string& tmp) {
+    save_student(*student_, RunFolder::checkpoint_student(tmp));
+    write_tensors(RunFolder::checkpoint_optimizer(tmp), optimizer_->state_tensors());
+    write_train_progress(tmp, progress);
+  });
+  write_active_layer_tokens(out_dir_, {progress.active_layer_tokens, progress.tokens, progress.steps_done, final_step});
+  if (run_.print_progress) std::cerr << "deepen: checkpoint " << dir << "\n";
+}
+
+void Trainer::restore(const CheckpointStore::Found& found) {
+  if (found.config_hash != resume_hash(cfg_))
+    throw InputError(found.dir + ": written by a different config (hash " + std::to_string(found.config_hash) +
+                     ", this config " + std::to_string(resume_hash(cfg_)) +
+                     "); resume with the run's own config.toml or use a new run.out_dir");
+  student_ = load_student(RunFolder::checkpoint_student(found.dir), device_);
+  register_parameters();
+  const SafetensorsFile opt = SafetensorsFile::open(RunFolder::checkpoint_optimizer(found.dir));
+  std::map<std::string, at::Tensor> state;
+  for (const auto& info : opt.tensors()) state[info.name] = file_tensor(opt, info);
+  optimizer_->load_state(state);  // copies the CPU file tensors into state on the parameters' device
+  progress_ = read_train_progress(found.dir);
+  if (progress_.steps_done > 0) apply_freeze(schedule_.stage_of(progress_.steps_done - 1));
+  if (leader_ && run_.print_progress)
+    std::cerr << "deepen: resuming from " << found.dir << " after " << progress_.steps_done << " steps (depth "
+              << student_->depth() << ")\n";
+}
+
+void Trainer::finish() {
+  const RunFolder run(out_dir_);
+  std::filesystem::create_directories(run.final_dir());
+  save_student(*student_, run.final_student());
+  export_student_hf(*student_, run.final_hf());
+}
+
+}  // namespace deepen

@@ -1,0 +1,43 @@
+// Evaluation: validation CE and KL over the eval batches this student owns, summed over students.
+#include <ATen/ATen.h>
+
+#include "train/batch_source.h"
+#include "train/student_group.h"
+#include "train/teacher_source.h"
+#include "train/trainer.h"
+
+namespace deepen {
+
+void Trainer::evaluate(int64_t step, int stage, bool stage_end, const std::vector<BatchKey>& batches) {
+  at::NoGradGuard no_grad;
+  double sums[3] = {0, 0, 0};  // kl·n, ce·n, n
+  for (const BatchKey& key : batches) {
+    if (key.kind != BatchKind::kEval) continue;  // only this student's: step_batches gave them
+    const MicroBatch mb = run_.batches->get(key);  // carries step and student: identifies it on a channel
+    const TeacherTargets targets = run_.teacher ? run_.teacher->targets(mb) : TeacherTargets::none();
+    const at::Tensor hidden = student_->forward_hidden(mb.inputs.to(device_));
+    const DistillLoss l =
+        distill_loss(hidden, student_->head_weight(), targets, mb.labels.to(device_), eval_options_);
+    const double n = static_cast<double>(l.tokens.item<int64_t>());
+    sums[0] += l.kl.item<double>() * n;
+    sums[1] += l.ce.item<double>() * n;
+    sums[2] += n;
+  }
+  const std::vector<double> total = group_.sum({sums[0], sums[1], sums[2]});
+  progress_.last_eval_kl = run_.teacher ? total[0] / total[2] : -1;
+  progress_.last_eval_ce = total[1] / total[2];
+  if (records_) {
+    nlohmann::json record = {{"step", step},
+                             {"stage", stage},
+                             {"depth", student_->depth()},
+                             {"stage_end", stage_end},
+                             {"tokens", schedule_.tokens_after(step + 1)},
+                             {"active_layer_tokens", schedule_.active_layer_tokens_after(step + 1)},
+                             {"val_ce", progress_.last_eval_ce},
+                             {"val_tokens", total[2]}};
+    record["val_kl"] = run_.teacher ? nlohmann::json(progress_.last_eval_kl) : nlohmann::json(nullptr);
+    records_->eval(record);
+  }
+}
+
+}  // namespace deepen
