@@ -53,7 +53,9 @@ TEST(ByteTokenizer, TokenClasses) {
 class TokenizeCommand : public ::testing::Test {
  protected:
   std::string run(const std::string& args, const std::string& input, int* rc) {
-    const fs::path dir = fs::path(test::kBinaryDir) / "testdata" / "tokenize_cmd";
+    // One folder per test: ctest runs the tests of this fixture in parallel processes.
+    const fs::path dir = fs::path(test::kBinaryDir) / "testdata" /
+                         (std::string("tokenize_cmd_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir);
     std::ofstream(dir / "in", std::ios::binary) << input;
     const char* bin = std::getenv("DEEPEN_BIN");
