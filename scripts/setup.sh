@@ -13,16 +13,22 @@ APT_PACKAGES=(
   gnuplot-nox                           # report plots (PNG, SVG)
   fortunes python3.11-doc               # text the demo and the tokenizer tests read
 )
-missing=()
-for p in "${APT_PACKAGES[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "setup: apt-get install ${missing[*]}"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+# A one-node Slurm cluster for tests/slurm/ (the tests start and stop the daemons themselves).
+# Without recommends: no mail server, no cgroup or database tooling the tests do not use.
+SLURM_PACKAGES=(slurmctld slurmd slurm-client munge)
+apt_install() {  # apt_install [apt-get options] -- packages: installs the ones not installed yet
+  local -a opts=() missing=()
+  while [[ $1 != -- ]]; do opts+=("$1"); shift; done; shift
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  ((${#missing[@]})) || return 0
+  echo "setup: apt-get install ${opts[*]} ${missing[*]}"
+  local SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  ((APT_UPDATED)) || { $SUDO apt-get update -qq; APT_UPDATED=1; }
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${opts[@]}" "${missing[@]}" >/dev/null
+}
+APT_UPDATED=0
+apt_install -- "${APT_PACKAGES[@]}"
+apt_install --no-install-recommends -- "${SLURM_PACKAGES[@]}"
 
 PY=${PYTHON:-python3}
 if ! "$PY" - <<'PYEOF' 2>/dev/null

@@ -167,7 +167,8 @@ deepen_run_job() {
       role=$(deepen_role_of "$rank" "$teacher_ranks" "$stages")
       echo "rank $rank -> ${nodes[n]} ($role)"
       [[ -z $first_role ]] && first_role=${role%% *}
-      if [[ ${role%% *} != "$first_role" ]] && ((!warned)); then
+      # (one node cannot keep them apart: no warning then)
+      if [[ ${role%% *} != "$first_role" ]] && ((!warned && ${#nodes[@]} > 1)); then
         deepen_log "warning: node ${nodes[n]} holds both teacher and student ranks; make teacher ranks ($teacher_ranks) a multiple of the tasks per node"
         warned=1
       fi
@@ -181,8 +182,11 @@ deepen_run_job() {
   local -a cmd
   if [[ ${DEEPEN_LAUNCHER:-srun} == mpirun ]]; then
     # Open MPI's mpirun reads the allocation from Slurm. Ranks leaving with code 3 (requeue) must not
-    # make it kill the others while they write their checkpoint.
-    cmd=(mpirun -np "$ntasks" --map-by "ppr:${counts[0]}:node" --bind-to core
+    # make it kill the others while they write their checkpoint. Each rank is bound to its
+    # --cpus-per-task cores (PE=): a plain --bind-to core would pin all of a rank's threads to one
+    # core. overload-allowed: a node may declare more CPUs than it has cores (then ranks share).
+    cmd=(mpirun -np "$ntasks" --map-by "ppr:${counts[0]}:node:PE=${SLURM_CPUS_PER_TASK:-1}"
+         --bind-to core:overload-allowed
          --mca orte_abort_on_non_zero_status 0
          -x DEEPEN_COORDINATOR -x DEEPEN_JOB_SECRET_FILE -x DEEPEN_RUN_DIR -x PATH -x LD_LIBRARY_PATH)
   else

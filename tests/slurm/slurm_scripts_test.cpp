@@ -64,6 +64,7 @@ struct SlurmSandbox {
             {"DEEPEN_MAX_RESTARTS", ""},
             {"DEEPEN_TASKS_PER_NODE", ""},
             {"SLURM_NTASKS_PER_NODE", ""},
+            {"SLURM_CPUS_PER_TASK", ""},
             {"DEEPEN_BIN", "/bin/true"},
             {"PATH", (dir / "bin").string() + ":" + std::getenv("PATH")}};
   }
@@ -137,6 +138,7 @@ TEST(SlurmScripts, DryRunWithMpirunAndFixedPortAndOverriddenLayout) {
   env["DEEPEN_COORDINATOR_PORT"] = "29500";
   env["SLURM_TASKS_PER_NODE"] = "";
   env["SLURM_NTASKS_PER_NODE"] = "4";
+  env["SLURM_CPUS_PER_TASK"] = "8";  // each rank bound to its 8 cores, not to one
   // 2 pipelines x 2 stages: still 4 teacher ranks on node01; students 12.
   const Ran r = run_script({"bash", slurm_dir() + "/run.sbatch", (box.dir / "run.toml").string(), "--set",
                             "parallel.teacher_pipelines=2", "--set=parallel.teacher_stages=2"},
@@ -145,7 +147,7 @@ TEST(SlurmScripts, DryRunWithMpirunAndFixedPortAndOverriddenLayout) {
   EXPECT_TRUE(has(r.out, "rank 2 -> node01 (teacher p1 s0)\n")) << r.out;
   EXPECT_TRUE(has(r.out, "rank 4 -> node02 (student 0)\n")) << r.out;
   EXPECT_TRUE(has(r.out, "DEEPEN_COORDINATOR=node01:29500 ")) << r.out;
-  EXPECT_TRUE(has(r.out, "command: mpirun -np 16 --map-by ppr:4:node --bind-to core")) << r.out;
+  EXPECT_TRUE(has(r.out, "command: mpirun -np 16 --map-by ppr:4:node:PE=8 --bind-to core:overload-allowed ")) << r.out;
 }
 
 // sbatch runs a copy of the script from its spool folder: it must find slurm/lib.sh and the

@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""deepen's sbatch scripts under a real one-node Slurm cluster (tests/slurm/cluster.py).
+
+  python3 tests/slurm/slurm_jobs.py --deepen build/deepen --work build/tests/e2e CASE
+
+Each case starts its own cluster (munged + slurmctld + slurmd in a fresh folder, free ports) and
+stops it by PID at the end, also on failure. The jobs are the 4-rank run of tests/e2e/faults.py (1
+teacher pipeline x 2 stages + 2 students, 120 steps through two growth events, fixture of
+tests/e2e/distributed_train.py `setup`), compared with its `reference` run: the same run started by
+hand under mpirun. Exit 77 (skip) where the Slurm packages are missing. Cases:
+  launch-srun        slurm/run.sbatch via sbatch, ranks started by srun (PMIx): run folder == by hand
+  launch-mpirun      the same with DEEPEN_LAUNCHER=mpirun inside the allocation
+  node-failure       kill -9 of one rank inside the job: the job ends within the watchdog limit,
+                     non-zero, and its output names the dead rank
+  preempt            scancel --signal=USR1 --batch -> coordinated checkpoint -> the script requeues
+                     the job -> it runs again (SLURM_RESTART_COUNT=1) and ends on the uninterrupted curve
+  preempt-timelimit  the same, the signal sent by Slurm itself: --time=1 --signal=B:USR1@50
+  study              `deepen study configs/demo/study_slurm.toml --slurm DIR` (study_small's four runs
+                     and a matched run), then DIR/submit.sh: the array runs for real, the matched run
+                     waits for post-grow (afterok); `deepen report` shows the five runs
+"""
+import json
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
+from cluster import Cluster, skip_if_unavailable  # noqa: E402
+from distributed_train import MPI_ENV, records  # noqa: E402
+from faults import LAYOUT  # noqa: E402
+
+SOURCE = os.path.abspath(os.path.join(HERE, "..", ".."))
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+WATCHDOG_S = float(next(s for s in LAYOUT if s.startswith("control.watchdog_s=")).split("=")[1])
+STEPS = 120  # LAYOUT's curriculum.stage_steps=[40, 40, 40]
+
+
+class Jobs:
+    def __init__(self, deepen, work):
+        self.deepen, self.work = os.path.abspath(deepen), os.path.abspath(work)
+        self.base = os.path.join(self.work, "base.toml")
+        self.reference = os.path.join(self.work, "faults-reference")
+
+    def submit(self, c, name, launcher="srun", sbatch_args=(), env=None):
+        """Submits slurm/run.sbatch for the 4-rank run into WORK/slurm-NAME; returns (job id, run dir, log)."""
+        out = os.path.join(self.work, f"slurm-{name}")
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        run_dir, log = os.path.join(out, "run"), os.path.join(out, "job.out")
+        sets = sum((["--set", s] for s in LAYOUT), [])
+        job_env = dict(MPI_ENV, DEEPEN_BIN=self.deepen, DEEPEN_HOME=SOURCE, DEEPEN_LAUNCHER=launcher,
+                       DEEPEN_RUN_DIR=run_dir, **(env or {}))
+        # The script's own #SBATCH lines ask for 2 nodes x 8 tasks x 8 CPUs; the command line wins.
+        job = c.sbatch(["--nodes=1", "--ntasks=4", "--ntasks-per-node=4", "--gpus-per-node=4", "--cpus-per-task=1",
+                        f"--output={log}", "--time=10"] + list(sbatch_args) +
+                       [os.path.join(SOURCE, "slurm", "run.sbatch"), self.base, "--quiet"] + sets,
+                       env=job_env, cwd=out)
+        return job, run_dir, log
+
+    @staticmethod
+    def wait_for_steps(c, job, run_dir, n, timeout=300):
+        deadline = time.time() + timeout
+        path = os.path.join(run_dir, "metrics.jsonl")
+        while time.time() < deadline:
+            if os.path.exists(path) and sum(1 for _ in open(path)) >= n:
+                return
+            state = c.job(job).get("JobState")
+            assert state not in TERMINAL, f"job {job} ended ({state}) before step {n}"
+            time.sleep(0.1)
+        raise AssertionError(f"job {job}: no {n} steps within {timeout} s\n" + c.logs())
+
+    def compare_with_reference(self, run_dir, what):
+        """The run's records against the same run started by hand (faults.py `reference`)."""
+        ref, got = records(self.reference, "metrics.jsonl"), records(run_dir, "metrics.jsonl")
+        assert [r["step"] for r in got] == list(range(STEPS)), f"{what}: steps {[r['step'] for r in got][:5]}..."
+        # Same binary, same rank layout, same collectives on the same sizes: every reduction happens
+        # in the same order whoever started the ranks, so the curve is bit-identical (tolerance 0).
+        for a, b in zip(ref, got):
+            for key in ("loss", "kl", "ce", "depth"):
+                assert a[key] == b[key], f"{what}: step {a['step']} {key}: by hand {a[key]}, under Slurm {b[key]}"
+        ea, eb = records(self.reference, "eval.jsonl"), records(run_dir, "eval.jsonl")
+        assert [(e["step"], e["val_ce"], e["val_kl"]) for e in ea] == [(e["step"], e["val_ce"], e["val_kl"]) for e in eb], \
+            f"{what}: eval records differ"
+        assert os.path.isdir(os.path.join(run_dir, "final")), f"{what}: no final/ in {run_dir}"
+        print(f"{what}: {STEPS} steps (depth 1 -> 3) and {len(eb)} evals bit-identical to the run started by hand")
+
+    def launch(self, launcher):
+        with Cluster() as c:
+            t0 = time.time()
+            job, run_dir, log = self.submit(c, f"launch-{launcher}", launcher)
+            info = c.wait_state(job, TERMINAL, timeout=600)
+            text = open(log).read()
+            assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", \
+                f"job {job}: {info['JobState']} {info['ExitCode']}\n{text[-4000:]}"
+            want = "command: srun --mpi=pmix " if launcher == "srun" else "command: mpirun -np 4 "
+            assert want in text, f"the job did not launch with {launcher}:\n{text[-3000:]}"
+            print(f"job {job} ({launcher}): COMPLETED in {time.time() - t0:.1f} s")
+            self.compare_with_reference(run_dir, f"run.sbatch under {launcher}")
+
+    @staticmethod
+    def rank_pid(run_dir, rank):
+        # The rank's process: its command line names the run folder, srun gave it SLURM_PROCID.
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if cmd and cmd[0].endswith(b"deepen") and any(run_dir.encode() in a for a in cmd) and \
+                    f"SLURM_PROCID={rank}".encode() in env:
+                return int(pid)
+        raise AssertionError(f"no process for rank {rank} of {run_dir}")
+
+    def node_failure(self):
+        rank = 3  # student 1
+        with Cluster() as c:
+            job, run_dir, log = self.submit(c, "node-failure")
+            self.wait_for_steps(c, job, run_dir, 35)
+            os.kill(self.rank_pid(run_dir, rank), signal.SIGKILL)
+            killed = time.time()
+            info = c.wait_state(job, TERMINAL, timeout=120, poll=0.1)
+            took = time.time() - killed
+            text = open(log).read()
+            assert info["JobState"] == "FAILED" and info["ExitCode"] != "0:0", \
+                f"job {job}: {info['JobState']} {info['ExitCode']}: a dead rank must fail the job\n{text[-3000:]}"
+            # The bound: the watchdog declares a silent rank dead after control.watchdog_s; every
+            # rank then exits at the latest watchdog_s / 2 later (its hard exit,
+            # launch/job_control.cpp); Slurm needs about a second to see the step and the batch
+            # script end (jobs here start in 0.3 s, SLURM.md).
+            bound = WATCHDOG_S + WATCHDOG_S / 2 + 2
+            assert took <= bound, f"the job took {took:.1f} s to end after the kill (bound {bound} s)"
+            named = re.compile(rf"rank {rank} on \S+ \(.*\), (last step \d+|before its first step)")
+            aborts = [l for l in text.splitlines() if "ABORT" in l]
+            assert any(named.search(l) for l in aborts), f"no abort message names rank {rank}:\n{text[-3000:]}"
+            assert "not requeueing" in text and c.job(job).get("Restarts") == "0", "a failure must not requeue"
+            print(f"kill -9 rank {rank} in job {job}: {info['JobState']} (exit {info['ExitCode']}) {took:.1f} s later "
+                  f"(bound {bound} s); {next(l for l in aborts if named.search(l)).strip()}")
+
+    def preempt(self, natural):
+        with Cluster() as c:
+            t0 = time.time()
+            if natural:
+                # Slurm sends USR1 to the batch shell 50 s before the 1-minute limit; it checks due
+                # signals only every ~30 s, so it comes 8-12 s after the start (SLURM.md).
+                job, run_dir, log = self.submit(c, "preempt-timelimit", sbatch_args=["--time=1", "--signal=B:USR1@50"])
+                self.wait_for_steps(c, job, run_dir, 1)
+            else:
+                job, run_dir, log = self.submit(c, "preempt")
+                self.wait_for_steps(c, job, run_dir, 25)
+                c.run(["scancel", "--signal=USR1", "--batch", job])
+            # The script requeues the job itself once the ranks stopped at a checkpoint (exit 3).
+            deadline = time.time() + 120
+            while c.job(job).get("Restarts", "0") == "0":
+                assert time.time() < deadline, f"job {job} not requeued within 120 s\n{open(log).read()[-3000:]}"
+                assert c.job(job).get("JobState") not in TERMINAL, f"job {job} ended instead of requeueing:\n" + \
+                    open(log).read()[-3000:]
+                time.sleep(0.1)
+            stopped_at = len(records(run_dir, "metrics.jsonl"))
+            if natural:
+                # The rerun gets a longer limit, else Slurm would warn it again 10 s in (a real limit
+                # is long compared with its warning).
+                c.run(["scontrol", "update", f"jobid={job}", "TimeLimit=10"])
+            else:
+                # A requeued job waits in PENDING (BeginTime) ~14 s here; release it once pending.
+                c.wait_state(job, {"PENDING", "RUNNING"} | TERMINAL, timeout=60, poll=0.1)
+                c.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False)
+            info = c.wait_state(job, TERMINAL, timeout=600)
+            text = open(log).read()
+            assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", \
+                f"job {job}: {info['JobState']} {info['ExitCode']}\n{text[-4000:]}"
+            assert info.get("Restarts") == "1", f"job {job}: Restarts={info.get('Restarts')}"
+            agreed = [l for l in text.splitlines() if "coordinated stop agreed" in l]
+            assert agreed, f"no coordinated stop in the job's output:\n{text[-3000:]}"
+            stop = int(re.search(r"once (\d+) steps", agreed[0]).group(1))
+            assert stop == stopped_at, f"stop agreed at {stop} steps, run folder had {stopped_at} records"
+            assert f"job {job} (restart 1)" in text, f"the rerun did not see SLURM_RESTART_COUNT=1:\n{text[-3000:]}"
+            assert f"checkpoint step_{stop - 1:08d}" in text or \
+                os.path.isdir(os.path.join(run_dir, "checkpoints", f"step_{stop - 1:08d}")), "no checkpoint at the stop"
+            how = "--signal=B:USR1@50 with --time=1" if natural else "scancel --signal=USR1 --batch"
+            print(f"job {job}: {how} -> {agreed[0].strip()} -> requeued -> rerun (SLURM_RESTART_COUNT=1) "
+                  f"COMPLETED; {time.time() - t0:.1f} s in all")
+            self.compare_with_reference(run_dir, f"preempted at step {stop} ({how}) and requeued")
+
+    def study(self):
+        out = os.path.join(self.work, "slurm-study")
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        runs, scripts, report = (os.path.join(out, d) for d in ("runs", "slurm", "report"))
+        # The demo's base config on the e2e fixture's data and teacher (no second teacher to train).
+        sets = [f'data.train="{self.work}/data/train"', f'data.valid="{self.work}/data/valid"',
+                f'teacher.checkpoint="{self.work}/teacher/final/hf"', 'run.device="cpu"']
+        cmd = [self.deepen, "study", os.path.join(SOURCE, "configs", "demo", "study_slurm.toml"), "--out", runs,
+               "--slurm", scripts, "--gpus-per-node", "4", "--cpus-per-task", "1", "--time", "10"]
+        p = subprocess.run(cmd + sum((["--set", x] for x in sets), []), capture_output=True, text=True, timeout=120,
+                           cwd=out)
+        assert p.returncode == 0, f"deepen study --slurm failed ({p.returncode}):\n{p.stdout[-2000:]}{p.stderr[-3000:]}"
+        with Cluster() as c:
+            t0 = time.time()
+            p = subprocess.run([os.path.join(scripts, "submit.sh")], capture_output=True, text=True, timeout=120,
+                               env=dict(c.env, **MPI_ENV), cwd=out)
+            assert p.returncode == 0, f"submit.sh failed ({p.returncode}):\n{p.stdout}{p.stderr}"
+            print(p.stdout.strip())
+            ids = sorted(set(re.findall(r"^(?:array (\d+):|.*: job (\d+)_)", p.stdout, re.M)))
+            jobs = sorted({a or b for a, b in ids})
+            assert len(jobs) == 2, f"expected one array of the four independent runs and one matched job:\n{p.stdout}"
+            matched = re.search(r"post-joint-matched: job (\d+_\d+) after (\d+_\d+)", p.stdout)
+            assert matched, f"the matched run must wait for post-grow:\n{p.stdout}"
+            deadline = time.time() + 600
+            tasks = []
+            while time.time() < deadline:
+                tasks = [t for j in jobs for t in c.jobs(j)]
+                if len(tasks) == 5 and all(t.get("JobState") in TERMINAL for t in tasks):
+                    break
+                bad = [t for t in tasks if t.get("JobState") in TERMINAL - {"COMPLETED"}]
+                assert not bad, f"{bad[0].get('JobId')} {bad[0].get('JobState')}:\n" + _logs(scripts)
+                time.sleep(0.5)
+            else:
+                raise AssertionError("the study's jobs did not finish within 600 s:\n" +
+                                     "\n".join(f"{t.get('JobId')} {t.get('JobState')} {t.get('Reason')}" for t in tasks))
+            by_id = {f"{t['ArrayJobId']}_{t['ArrayTaskId']}": t for t in tasks}
+            for name, t in by_id.items():
+                assert t["JobState"] == "COMPLETED" and t["ExitCode"] == "0:0", f"{name}: {t['JobState']} {t['ExitCode']}"
+            waited, upstream = by_id[matched.group(1)], by_id[matched.group(2)]
+            assert waited.get("Dependency", "(null)") == "(null)" or "afterok" in waited.get("Dependency", "")
+            assert waited["StartTime"] >= upstream["EndTime"], \
+                f"the matched run started {waited['StartTime']}, before post-grow ended {upstream['EndTime']}"
+            print(f"study: 5 runs COMPLETED in {time.time() - t0:.1f} s; {matched.group(1)} started "
+                  f"{waited['StartTime']} after {matched.group(2)} ended {upstream['EndTime']}")
+        p = subprocess.run([self.deepen, "report", runs, "--out", report, "--no-plots"], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0, f"deepen report failed ({p.returncode}): {p.stderr[-3000:]}"
+        md = open(os.path.join(report, "report.md")).read()
+        for role in ("pre-joint", "post-joint", "pre-grow", "post-grow", "post-joint-matched"):
+            assert f"| {role} |" in md, f"report.md has no row for {role}:\n{md[:3000]}"
+        grow = json.load(open(os.path.join(runs, "post-grow", "seed1", "active_layer_tokens.json")))
+        joint = json.load(open(os.path.join(runs, "post-joint-matched", "seed1", "active_layer_tokens.json")))
+        print(f"report: five runs; post-grow {grow} / matched {joint}")
+
+
+def _logs(folder):
+    text = ""
+    for name in sorted(os.listdir(os.path.join(folder, "logs"))):
+        text += f"--- {name}\n" + open(os.path.join(folder, "logs", name)).read()[-2000:]
+    return text
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--deepen", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("case")
+    a = ap.parse_args()
+    skip_if_unavailable()
+    j = Jobs(a.deepen, a.work)
+    {"launch-srun": lambda: j.launch("srun"), "launch-mpirun": lambda: j.launch("mpirun"),
+     "node-failure": j.node_failure, "preempt": lambda: j.preempt(False),
+     "preempt-timelimit": lambda: j.preempt(True), "study": j.study}[a.case]()
+
+
+if __name__ == "__main__":
+    main()
