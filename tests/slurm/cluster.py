@@ -143,6 +143,7 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
             open(os.path.join(d, f"gpu{i}"), "w").close()
         with open(os.path.join(d, "gres.conf"), "w") as f:
             f.write(f"NodeName={self.node} Name=gpu File={d}/gpu[0-{self.cpus - 1}]\n")
+        self.ctld_started = time.time()  # slurmctld's periodic checks (time limits, --signal) count from here
         subprocess.run([sbin("slurmctld"), "-f", self.conf], env=self.env, check=True, timeout=30)
         self.pids["slurmctld"] = self._read_pid("slurmctld.pid", timeout)
         subprocess.run([sbin("slurmd"), "-N", self.node, "-f", self.conf], env=self.env, check=True, timeout=30)

@@ -14,7 +14,7 @@ hand under mpirun. Exit 77 (skip) where the Slurm packages are missing. Cases:
                      non-zero, and its output names the dead rank
   preempt            scancel --signal=USR1 --batch -> coordinated checkpoint -> the script requeues
                      the job -> it runs again (SLURM_RESTART_COUNT=1) and ends on the uninterrupted curve
-  preempt-timelimit  the same, the signal sent by Slurm itself: --time=1 --signal=B:USR1@50
+  preempt-timelimit  the same, the signal sent by Slurm itself: --time=1 --signal=B:USR1@55
   study              `deepen study configs/demo/study_slurm.toml --slurm DIR` (study_small's four runs
                      and a matched run), then DIR/submit.sh: the array runs for real, the matched run
                      waits for post-grow (afterok); `deepen report` shows the five runs
@@ -149,10 +149,13 @@ class Jobs:
         with Cluster() as c:
             t0 = time.time()
             if natural:
-                # Slurm sends USR1 to the batch shell 50 s before the 1-minute limit; it checks due
-                # signals only every ~30 s, so it comes 8-12 s after the start (SLURM.md).
-                job, run_dir, log = self.submit(c, "preempt-timelimit", sbatch_args=["--time=1", "--signal=B:USR1@50"])
-                self.wait_for_steps(c, job, run_dir, 1)
+                # slurmctld sends --signal warnings from its periodic check, every 30 s counted from
+                # its start (PERIODIC_TIMEOUT; measured here: a job started 3 s after slurmctld got
+                # USR1 27 s in, for @50 and @55 alike). Submitted 20 s after slurmctld started, with
+                # the warning due 5 s into the 1-minute limit (@55), the job gets USR1 at the 30 s
+                # check, ~10 s in: mid-run (the run takes ~13 s alone here, longer under load).
+                time.sleep(max(0.0, c.ctld_started + 20 - time.time()))
+                job, run_dir, log = self.submit(c, "preempt-timelimit", sbatch_args=["--time=1", "--signal=B:USR1@55"])
             else:
                 job, run_dir, log = self.submit(c, "preempt")
                 self.wait_for_steps(c, job, run_dir, 25)
@@ -165,6 +168,7 @@ class Jobs:
                     open(log).read()[-3000:]
                 time.sleep(0.1)
             stopped_at = len(records(run_dir, "metrics.jsonl"))
+            requeued = time.time() - t0
             if natural:
                 # The rerun gets a longer limit, else Slurm would warn it again 10 s in (a real limit
                 # is long compared with its warning).
@@ -173,6 +177,8 @@ class Jobs:
                 # A requeued job waits in PENDING (BeginTime) ~14 s here; release it once pending.
                 c.wait_state(job, {"PENDING", "RUNNING"} | TERMINAL, timeout=60, poll=0.1)
                 c.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False)
+            c.wait_state(job, {"RUNNING"} | TERMINAL, timeout=120)
+            rerun = time.time() - t0
             info = c.wait_state(job, TERMINAL, timeout=600)
             text = open(log).read()
             assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", \
@@ -183,11 +189,13 @@ class Jobs:
             stop = int(re.search(r"once (\d+) steps", agreed[0]).group(1))
             assert stop == stopped_at, f"stop agreed at {stop} steps, run folder had {stopped_at} records"
             assert f"job {job} (restart 1)" in text, f"the rerun did not see SLURM_RESTART_COUNT=1:\n{text[-3000:]}"
-            assert f"checkpoint step_{stop - 1:08d}" in text or \
-                os.path.isdir(os.path.join(run_dir, "checkpoints", f"step_{stop - 1:08d}")), "no checkpoint at the stop"
-            how = "--signal=B:USR1@50 with --time=1" if natural else "scancel --signal=USR1 --batch"
+            # The rerun resumed from the stop's checkpoint instead of starting afresh (run.json is
+            # rewritten at every start; a fresh start prints the resolved config again).
+            assert json.load(open(os.path.join(run_dir, "run.json")))["resumed"] is True, "the rerun did not resume"
+            assert text.count("# resolved config") == 1, "the rerun started afresh"
+            how = "--signal=B:USR1@55 with --time=1" if natural else "scancel --signal=USR1 --batch"
             print(f"job {job}: {how} -> {agreed[0].strip()} -> requeued -> rerun (SLURM_RESTART_COUNT=1) "
-                  f"COMPLETED; {time.time() - t0:.1f} s in all")
+                  f"COMPLETED; requeued at {requeued:.1f} s, running again at {rerun:.1f} s, {time.time() - t0:.1f} s in all")
             self.compare_with_reference(run_dir, f"preempted at step {stop} ({how}) and requeued")
 
     def study(self):
@@ -212,7 +220,7 @@ class Jobs:
             ids = sorted(set(re.findall(r"^(?:array (\d+):|.*: job (\d+)_)", p.stdout, re.M)))
             jobs = sorted({a or b for a, b in ids})
             assert len(jobs) == 2, f"expected one array of the four independent runs and one matched job:\n{p.stdout}"
-            matched = re.search(r"post-joint-matched: job (\d+_\d+) after (\d+_\d+)", p.stdout)
+            matched = re.search(r"post-joint-matched\S*: job (\d+_\d+) after (\d+_\d+)", p.stdout)
             assert matched, f"the matched run must wait for post-grow:\n{p.stdout}"
             deadline = time.time() + 600
             tasks = []
@@ -243,7 +251,10 @@ class Jobs:
             assert f"| {role} |" in md, f"report.md has no row for {role}:\n{md[:3000]}"
         grow = json.load(open(os.path.join(runs, "post-grow", "seed1", "active_layer_tokens.json")))
         joint = json.load(open(os.path.join(runs, "post-joint-matched", "seed1", "active_layer_tokens.json")))
-        print(f"report: five runs; post-grow {grow} / matched {joint}")
+        assert joint["complete"] and joint["active_layer_tokens"] == grow["active_layer_tokens"], \
+            f"the matched run must spend post-grow's active-layer tokens: {joint} vs {grow}"
+        print(f"deepen report: a row for each of the five runs; post-joint-matched spent post-grow's "
+              f"{grow['active_layer_tokens']:,} active-layer tokens in {joint['steps']} steps (post-grow: {grow['steps']})")
 
 
 def _logs(folder):
