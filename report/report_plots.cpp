@@ -214,7 +214,7 @@ std::vector<std::string> write_report_plots(const Report& report, const ReportOp
     for (const auto& [role, run] : runs) {
       std::vector<const DiagnosticPoint*> pts;
       for (const auto& d : run->diagnostics)
-        if (d.event == "growth" && (has_values(d.identity_rel) || has_values(d.identity_cos))) pts.push_back(&d);
+        if ((d.event == "growth" || d.event == "stage_end") && (has_values(d.identity_rel) || has_values(d.identity_cos))) pts.push_back(&d);
       if (pts.empty()) continue;
       dat << "# " << role->role << " (" << run->dir
           << "): depth step rel[first special structural content] cos[first special structural content]\n";

@@ -10,7 +10,10 @@ namespace deepen {
 //   run.json                 tokenizer, teacher, students, schedule, config hash, device
 //   metrics.jsonl            one record per optimizer step (run_folder/run_records.h)
 //   eval.jsonl               one record per eval point (validation CE and KL)
-//   diagnostics.jsonl        one record per diagnostic point (residual RMS, identity mapping)
+//   diagnostics.jsonl        one record per diagnostic point (residual RMS, block-boundary RMS per
+//                            token type, block removal, identity mapping)
+//   final_token_rms.json     every token's RMS at every block boundary of the finished student (the
+//                            paper's distribution figure), written at the run's last step
 //   active_layer_tokens.json the active-layer-token record (run_folder/active_layer_tokens.h)
 //   control.secret           the control plane's per-job secret (mode 0600), when generated
 //   train.log                the run's output when a study or the demo runs it with --log
@@ -27,6 +30,7 @@ class RunFolder {
   std::string metrics_jsonl() const { return file("metrics.jsonl"); }
   std::string eval_jsonl() const { return file("eval.jsonl"); }
   std::string diagnostics_jsonl() const { return file("diagnostics.jsonl"); }
+  std::string final_token_rms_json() const { return file("final_token_rms.json"); }
   std::string active_layer_tokens_json() const { return file("active_layer_tokens.json"); }
   std::string control_secret() const { return file("control.secret"); }
   std::string train_log() const { return file("train.log"); }

@@ -2,6 +2,8 @@
 #include "run_folder/run_records.h"
 
 #include <filesystem>
+#include <fstream>
+#include <stdexcept>
 
 #include "run_folder/run_folder.h"
 
@@ -28,8 +30,21 @@ std::string RunRecords::prepare(const std::string& path, std::optional<int64_t> 
 }
 
 RunRecords::RunRecords(const std::string& run_dir, std::optional<int64_t> resume_after_step)
-    : metrics_(prepare(RunFolder(prepared_dir(run_dir)).metrics_jsonl(), resume_after_step)),
+    : run_dir_(run_dir),
+      metrics_(prepare(RunFolder(prepared_dir(run_dir)).metrics_jsonl(), resume_after_step)),
       eval_(prepare(RunFolder(run_dir).eval_jsonl(), resume_after_step)),
-      diagnostics_(prepare(RunFolder(run_dir).diagnostics_jsonl(), resume_after_step)) {}
+      diagnostics_(prepare(RunFolder(run_dir).diagnostics_jsonl(), resume_after_step)) {
+  if (!resume_after_step) fs::remove(RunFolder(run_dir).final_token_rms_json());  // a fresh run's own
+}
+
+void RunRecords::final_token_rms(const nlohmann::json& record) const {
+  const std::string path = RunFolder(run_dir_).final_token_rms_json(), tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << record.dump() << "\n";
+    if (!out.flush()) throw std::runtime_error(tmp + ": cannot write the final per-token RMS");
+  }
+  fs::rename(tmp, path);
+}
 
 }  // namespace deepen

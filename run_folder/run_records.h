@@ -22,8 +22,11 @@ class RunRecords {
   void metrics(const nlohmann::json& record) { metrics_.append(record); }
   void eval(const nlohmann::json& record) { eval_.append(record); }
   void diagnostics(const nlohmann::json& record) { diagnostics_.append(record); }
+  // <run dir>/final_token_rms.json, written whole through a temporary file + rename.
+  void final_token_rms(const nlohmann::json& record) const;
 
  private:
+  std::string run_dir_;
   // Drops or truncates the files before the writers open them for appending.
   static std::string prepare(const std::string& path, std::optional<int64_t> resume_after_step);
   JsonlWriter metrics_, eval_, diagnostics_;

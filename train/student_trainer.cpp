@@ -119,14 +119,14 @@ RunOutcome Trainer::run() {
 
     const bool stage_end = schedule_.is_stage_end(step);
     if (eval_after) evaluate(step, stage, stage_end, batches);
-    if (leader_ && cfg_.eval.diagnostics_every > 0 && (step + 1) % cfg_.eval.diagnostics_every == 0)
-      diagnose(step, stage, "periodic");
+    const bool last = step + 1 == total;
+    const bool periodic = cfg_.eval.diagnostics_every > 0 && (step + 1) % cfg_.eval.diagnostics_every == 0;
+    if (leader_ && (stage_end || periodic)) diagnose(step, stage, last ? "final" : stage_end ? "stage_end" : "periodic");
     report.last_eval_ce = progress_.last_eval_ce;
     report.last_eval_kl = progress_.last_eval_kl;
     if (run_.on_step) run_.on_step(report);
     if (leader_ && run_.print_progress) print_progress(report);
 
-    const bool last = step + 1 == total;
     if (last || (cfg_.checkpoint.every > 0 && (step + 1) % cfg_.checkpoint.every == 0)) {
       checkpoint(store, last);
       saved = step + 1;
@@ -149,7 +149,6 @@ void Trainer::register_parameters() {
 }
 
 void Trainer::grow(int64_t step, int stage) {
-  if (leader_ && student_->depth() > 0) diagnose(step - 1, stage - 1, "growth");
   const GrowInit init = parse_grow_init(cfg_.curriculum.grow_init, cfg_.source + ": curriculum.grow_init");
   const int64_t before = student_->depth();
   student_->grow_to(schedule_.depth_at(step), init);

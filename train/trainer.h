@@ -54,6 +54,9 @@ class Trainer {
   void evaluate(int64_t step, int stage, bool stage_end, const std::vector<BatchKey>& batches);
 
   // trainer_diagnostics.cpp: boundary diagnostics on the fixed diagnostic batch (student 0 only).
+  // event: "periodic" (every eval.diagnostics_every steps), "stage_end" (after a phase's last step,
+  // the model a block is appended to), "final" (after the run's last step). Phase ends and the end
+  // add block removal; the end also writes every token's RMS (final_token_rms.json).
   void diagnose(int64_t step, int stage, const char* event);
   at::Tensor token_classes(const at::Tensor& inputs) const;
 

@@ -1,32 +1,61 @@
-// Diagnostics pass: residual scale per token class and the last block's identity mapping, on the
-// fixed diagnostic batch (student 0 only: every student is identical).
+// Diagnostics pass on the fixed diagnostic batch (student 0 only: every student is identical):
+// residual scale per token class, the last layer's identity mapping, block-boundary RMS per token
+// type, and at phase ends block removal.
 #include <ATen/ATen.h>
 
+#include "curriculum/block_boundary_rms.h"
+#include "curriculum/block_removal.h"
 #include "curriculum/boundary_diagnostics.h"
 #include "data/tokenizer.h"
 #include "train/batch_source.h"
 #include "train/trainer.h"
 
 namespace deepen {
+namespace {
+
+// Layers per block: 1 (every layer is a block) until student.block_layers exists (issue 10).
+int64_t block_layers(const Config&) { return 1; }
+
+}  // namespace
 
 void Trainer::diagnose(int64_t step, int stage, const char* event) {
   at::NoGradGuard no_grad;
+  const std::string kind = event;
   const MicroBatch mb = run_.batches->diagnostic();
   // Classes stay on the CPU: the diagnostics bring the per-token statistics there to average them.
   const at::Tensor classes = token_classes(mb.inputs);
+  const at::Tensor types = token_types(mb.inputs, mb.labels, run_.tokenizer->eos_id());
   const std::vector<at::Tensor> stream = student_->residual_stream(mb.inputs.to(device_));
   const int64_t depth = student_->depth();
-  // stream = [entering block 0, ..., entering block depth-1, output of the last block]: the last
+  const int64_t L = block_layers(cfg_);
+  // stream = [entering layer 0, ..., entering layer depth-1, output of the last layer]: the last
   // entry is the boundary representation an appended block would receive.
   const std::vector<at::Tensor> entering(stream.begin(), stream.end() - 1);
   nlohmann::json record;
   record["residual"] = to_json(residual_scale(entering, stream.back(), classes));
   record["identity_last_block"] = to_json(identity_mapping(stream[static_cast<size_t>(depth - 1)], stream.back(), classes));
+  const std::vector<at::Tensor> boundaries = block_boundaries(stream, L);
+  nlohmann::json rms = nlohmann::json::array();
+  for (const BoundaryRms& b : block_boundary_rms(boundaries, types)) rms.push_back(to_json(b));
+  record["block_layers"] = L;
+  record["block_rms"] = rms;
+  if (kind != "periodic") record["block_removal"] = to_json(block_removal(*student_, mb.inputs.to(device_), mb.labels, L));
   record["step"] = step;
   record["stage"] = stage;
   record["depth"] = depth;
-  record["event"] = event;
+  record["event"] = kind;
   records_->diagnostics(record);
+  if (kind == "final") {
+    // Every non-padding token's RMS at every boundary, by type: the distribution the summaries
+    // above condense (the report's histogram).
+    nlohmann::json per_boundary = nlohmann::json::array();
+    for (const at::Tensor& x : boundaries) {
+      const at::Tensor r = per_token_rms(x);
+      per_boundary.push_back({{"document_boundary", values_of_type(r, types, TokenType::kDocumentBoundary)},
+                              {"regular", values_of_type(r, types, TokenType::kRegular)}});
+    }
+    records_->final_token_rms({{"step", step}, {"depth", depth}, {"block_layers", L}, {"boundaries", per_boundary}});
+  }
 }
 
 at::Tensor Trainer::token_classes(const at::Tensor& inputs) const {

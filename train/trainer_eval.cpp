@@ -1,4 +1,6 @@
 // Evaluation: validation CE and KL over the eval batches this student owns, summed over students.
+#include <cmath>
+
 #include <ATen/ATen.h>
 
 #include "train/batch_source.h"
@@ -34,6 +36,8 @@ void Trainer::evaluate(int64_t step, int stage, bool stage_end, const std::vecto
                              {"tokens", schedule_.tokens_after(step + 1)},
                              {"active_layer_tokens", schedule_.active_layer_tokens_after(step + 1)},
                              {"val_ce", progress_.last_eval_ce},
+                             // Perplexity of the same tokens: exp of their mean CE.
+                             {"val_ppl", std::exp(progress_.last_eval_ce)},
                              {"val_tokens", total[2]}};
     record["val_kl"] = run_.teacher ? nlohmann::json(progress_.last_eval_kl) : nlohmann::json(nullptr);
     records_->eval(record);

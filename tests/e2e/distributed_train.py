@@ -143,7 +143,32 @@ class Cases:
                 rel = abs(x[key] - y[key]) / abs(x[key])
                 worst = max(worst, rel)
                 assert rel <= tol, f"{what}: eval after step {x['step']} {key} {x[key]} vs {y[key]}"
-        print(f"{what}: 9 steps (depth 1 -> 3), {len(ea)} evals, worst relative difference {worst:.2e} (tolerance {tol})")
+        # Diagnostics (student 0's model on the fixed batch): the same points and the same values.
+        da, db = records(a, "diagnostics.jsonl"), records(b, "diagnostics.jsonl")
+        assert [(d["step"], d["event"]) for d in da] == [(d["step"], d["event"]) for d in db], (da, db)
+        assert [d["event"] for d in da].count("final") == 1, [d["event"] for d in da]
+        values = 0
+        for x, y in zip(da, db):
+            pairs = []
+            for bx, by in zip(x["block_rms"], y["block_rms"]):
+                for part in ("document_boundary", "regular"):
+                    assert bx[part]["count"] == by[part]["count"], (x["step"], part)
+                    pairs += [(f"block_rms {part} {k}", bx[part][k], by[part][k]) for k in ("mean", "std", "kurtosis")]
+            if "block_removal" in x:
+                rx, ry = x["block_removal"], y["block_removal"]
+                pairs.append(("full_ce", rx["full_ce"], ry["full_ce"]))
+                for bx, by in zip(rx["blocks"], ry["blocks"]):
+                    pairs += [(f"block {bx['block']} {k}", bx[k], by[k]) for k in ("ce_without", "angle")]
+            for name, u, v in pairs:
+                if u is None or v is None:  # a statistic without data (one token: no kurtosis)
+                    assert u is None and v is None, f"{what}: diagnostics after step {x['step']} {name} {u} vs {v}"
+                    continue
+                rel = abs(u - v) / abs(u) if u else abs(v)
+                worst = max(worst, rel)
+                values += 1
+                assert rel <= tol, f"{what}: diagnostics after step {x['step']} {name} {u} vs {v} (rel {rel:.2e} > {tol})"
+        print(f"{what}: 9 steps (depth 1 -> 3), {len(ea)} evals, {len(da)} diagnostic points ({values} values), "
+              f"worst relative difference {worst:.2e} (tolerance {tol})")
 
     def setup(self):
         shutil.rmtree(self.work, ignore_errors=True)  # a rerun starts from a clean fixture

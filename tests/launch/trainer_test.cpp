@@ -70,12 +70,45 @@ TEST(Trainer, GrowRunRecordsGrowthEventsEvalAndDiagnostics) {
     EXPECT_TRUE(evals[0]["stage_end"].get<bool>());
     EXPECT_FALSE(evals[1]["stage_end"].get<bool>());
 
-    // Diagnostics at both growth events (on the pre-growth model) and every 4 steps.
+    // Diagnostics at both phase ends (the model a block is appended to), every 4 steps, and after
+    // the last step.
     const auto diags = records(run, "diagnostics.jsonl");
     std::vector<std::pair<std::string, int64_t>> events;
     for (const auto& d : diags) events.emplace_back(d["event"].get<std::string>(), d["depth"].get<int64_t>());
     EXPECT_EQ(events, (std::vector<std::pair<std::string, int64_t>>{
-                          {"growth", 1}, {"periodic", 2}, {"growth", 2}, {"periodic", 3}}));
+                          {"stage_end", 1}, {"periodic", 2}, {"stage_end", 2}, {"periodic", 3}, {"final", 3}}));
+    for (const auto& d : diags) {
+      const int64_t depth = d["depth"].get<int64_t>();
+      // One layer per block today: a boundary before every layer and after the last.
+      ASSERT_EQ(d["block_rms"].size(), static_cast<size_t>(depth + 1)) << d.dump();
+      // 2 diagnostic rows of 32: each starts a document; padding never counts.
+      const auto& last = d["block_rms"].back();
+      EXPECT_EQ(last["document_boundary"]["count"].get<int64_t>() + last["regular"]["count"].get<int64_t>(),
+                last["all"]["count"].get<int64_t>());
+      EXPECT_GE(last["document_boundary"]["count"].get<int64_t>(), 2);
+      EXPECT_GT(last["regular"]["std"].get<double>(), 0.0);
+      EXPECT_GT(last["all"]["kurtosis"].get<double>(), 1.0);  // Pearson kurtosis is >= 1 always
+      const bool removal = d["event"] != "periodic";
+      ASSERT_EQ(d.contains("block_removal"), removal) << d.dump();
+      if (removal) {
+        ASSERT_EQ(d["block_removal"]["blocks"].size(), static_cast<size_t>(depth));
+        for (const auto& b : d["block_removal"]["blocks"]) {
+          EXPECT_GT(b["angle"].get<double>(), 0.0);
+          EXPECT_LT(b["angle"].get<double>(), 1.0);
+          EXPECT_NEAR(b["delta_ce"].get<double>(),
+                      b["ce_without"].get<double>() - d["block_removal"]["full_ce"].get<double>(), 1e-12);
+        }
+      }
+    }
+    {
+      std::ifstream in(run / "final_token_rms.json");
+      const nlohmann::json final_rms = nlohmann::json::parse(in);
+      EXPECT_EQ(final_rms["step"].get<int64_t>(), 8);
+      ASSERT_EQ(final_rms["boundaries"].size(), 4u);
+      EXPECT_EQ(static_cast<int64_t>(final_rms["boundaries"][3]["regular"].size()),
+                diags.back()["block_rms"][3]["regular"]["count"].get<int64_t>());
+    }
+    for (const auto& e : evals) EXPECT_NEAR(e["val_ppl"].get<double>(), std::exp(e["val_ce"].get<double>()), 1e-9);
     for (const auto& d : diags) {
       const int64_t depth = d["depth"].get<int64_t>();
       const auto& residual = d["residual"];
