@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/input_error.h"
+#include "report/paper_tables.h"
 #include "report/report_plots.h"
 #include "run_folder/active_layer_tokens.h"
 #include "run_folder/jsonl.h"
@@ -185,6 +186,28 @@ DiagnosticPoint parse_diagnostic(const std::string& text) {
   }
   if (const json* rel = field(j, {"identity_rel", "identity_rel_change"})) d.identity_rel = class_values(*rel);
   if (const json* cos = field(j, {"identity_cos"})) d.identity_cos = class_values(*cos);
+  d.block_layers = j.value("block_layers", int64_t{1});
+  const auto summary = [](const json& s) {
+    DistributionSummary out;
+    out.count = s.value("count", int64_t{0});
+    const auto read = [&](const char* key, std::optional<double>& slot) {
+      if (auto it = s.find(key); it != s.end() && it->is_number()) slot = it->get<double>();
+    };
+    read("mean", out.mean);
+    read("std", out.std);
+    read("kurtosis", out.kurtosis);
+    return out;
+  };
+  if (auto it = j.find("block_rms"); it != j.end() && it->is_array())
+    for (const json& b : *it)
+      d.block_rms.push_back({summary(b.value("all", json::object())), summary(b.value("document_boundary", json::object())),
+                             summary(b.value("regular", json::object()))});
+  if (auto it = j.find("block_removal"); it != j.end() && it->is_object()) {
+    if (auto f = it->find("full_ce"); f != it->end() && f->is_number()) d.removal_full_ce = f->get<double>();
+    for (const json& b : it->value("blocks", json::array()))
+      d.block_removal.push_back({b.value("block", int64_t{0}), b.value("ce_without", 0.0), b.value("delta_ce", 0.0),
+                                 b.value("angle", 0.0)});
+  }
   return d;
 }
 
@@ -217,11 +240,40 @@ RunData load_run(const std::string& dir) {
     e.tokens = j.value("tokens", int64_t{0});
     e.active_layer_tokens = j.value("active_layer_tokens", int64_t{0});
     if (auto it = j.find("val_kl"); it != j.end() && it->is_number()) e.val_kl = it->get<double>();
+    if (auto it = j.find("val_ppl"); it != j.end() && it->is_number()) e.val_ppl = it->get<double>();
     by_step[e.step] = e;
   }
   for (auto& [s, e] : by_step) r.evals.push_back(e);
   const std::string diag_path = run.diagnostics_jsonl();
   for (const json& j : read_jsonl(diag_path)) r.diagnostics.push_back(parse_diagnostic(j.dump()));
+  // The training loss by step, for the transition metrics. A record rewritten after a resume
+  // replaces the old one; the curve stops at the first missing step.
+  if (fs::exists(run.metrics_jsonl())) {
+    std::map<int64_t, double> loss;
+    for (const json& j : read_jsonl(run.metrics_jsonl()))
+      if (j.contains("step") && j.contains("loss") && j["loss"].is_number()) loss[j["step"].get<int64_t>()] = j["loss"].get<double>();
+    for (const auto& [step, value] : loss) {
+      if (step != static_cast<int64_t>(r.train_loss.size())) break;
+      r.train_loss.push_back(value);
+    }
+  }
+  if (fs::exists(run.final_token_rms_json())) {
+    const std::string path = run.final_token_rms_json();
+    try {
+      std::ifstream in(path);
+      const json j = json::parse(in);
+      FinalTokenRms f;
+      f.step = j.at("step").get<int64_t>();
+      f.block_layers = j.value("block_layers", int64_t{1});
+      for (const json& b : j.at("boundaries")) {
+        f.document_boundary.push_back(b.at("document_boundary").get<std::vector<double>>());
+        f.regular.push_back(b.at("regular").get<std::vector<double>>());
+      }
+      r.final_token_rms = std::move(f);
+    } catch (const json::exception& e) {
+      throw InputError(path + ": not a final per-token RMS record: " + e.what());
+    }
+  }
   if (fs::exists(run.active_layer_tokens_json())) {
     const ActiveLayerTokensRecord a = read_active_layer_tokens(dir);
     r.complete = a.complete;
@@ -545,7 +597,7 @@ Report write_report(const std::vector<std::string>& paths, const ReportOptions& 
   fs::create_directories(options.out_dir);
   std::vector<std::string> images;
   if (options.plots) images = write_report_plots(report, options, report.notes);
-  std::string md = report_markdown(report);
+  std::string md = report_markdown(report) + paper_tables_markdown(report);
   if (!images.empty()) {
     md += "\n## Plots\n\n";
     for (const auto& img : images)

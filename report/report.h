@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "curriculum/distribution_summary.h"
 
 namespace deepen {
 
@@ -24,6 +25,7 @@ struct EvalPoint {
   int64_t active_layer_tokens = 0;
   double val_ce = 0;
   std::optional<double> val_kl;  // null without a teacher
+  std::optional<double> val_ppl;  // exp(val_ce); absent in records written before it existed
 };
 
 // Per token class values (first, special, structural, content); a class absent from the batch is
@@ -40,6 +42,26 @@ struct DiagnosticPoint {
   ClassValues boundary_rms;              // RMS of what an appended block would receive
   ClassValues identity_rel;              // last block: ||B(x) - x|| / ||x||
   ClassValues identity_cos;              // last block: cos(B(x), x)
+  // Block-boundary RMS per token type (curriculum/block_boundary_rms.h): boundary b = 0 .. depth/L.
+  struct BoundaryRms {
+    DistributionSummary all, document_boundary, regular;
+  };
+  int64_t block_layers = 1;
+  std::vector<BoundaryRms> block_rms;
+  // Block removal (curriculum/block_removal.h), at phase ends and at the end of the run.
+  struct Removal {
+    int64_t block = 0;
+    double ce_without = 0, delta_ce = 0, angle = 0;
+  };
+  std::optional<double> removal_full_ce;
+  std::vector<Removal> block_removal;
+};
+
+// final_token_rms.json: every token's RMS at every block boundary of the finished student.
+struct FinalTokenRms {
+  int64_t step = 0;
+  int64_t block_layers = 1;
+  std::vector<std::vector<double>> document_boundary, regular;  // [boundary][token]
 };
 
 struct RunData {
@@ -52,6 +74,8 @@ struct RunData {
   std::vector<int64_t> stage_steps;        // run.json
   std::vector<EvalPoint> evals;            // eval.jsonl, in step order
   std::vector<DiagnosticPoint> diagnostics;
+  std::vector<double> train_loss;          // metrics.jsonl "loss" of step s at index s (a prefix without gaps)
+  std::optional<FinalTokenRms> final_token_rms;  // final_token_rms.json, when the run finished
   bool complete = false;                   // active_layer_tokens.json "complete"
   int64_t active_layer_tokens = 0;         // active_layer_tokens.json (0 if absent)
   int64_t steps_done = 0;

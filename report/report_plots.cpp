@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "report/paper_figures.h"
 #include "study/study_process.h"
 
 namespace deepen {
@@ -253,6 +254,13 @@ std::vector<std::string> write_report_plots(const Report& report, const ReportOp
     } else {
       notes.push_back("no growth-event identity diagnostics in the grow runs: identity plot not made");
     }
+  }
+
+  // 4. The paper's figures (report/paper_figures.h); val_ce above is its Figure 5b.
+  for (const Figure& f : paper_figures(report, notes)) {
+    write(f.name + ".dat", f.data);
+    write(f.name + ".gp", two_terminals(f.name, f.width, f.height, f.body));
+    scripts.push_back(f.name);
   }
 
   std::vector<std::string> images;

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "curriculum/growth_schedule.h"
+#include "report/paper_figures.h"
+#include "report/paper_tables.h"
 #include "report/report.h"
 #include "report/report_plots.h"
 #include "run_folder/active_layer_tokens.h"
@@ -80,6 +82,7 @@ std::string write_run(const std::string& root, const FakeRun& r, bool finished =
   const int64_t last = finished ? total : total / 2;
   std::ofstream eval(dir + "/eval.jsonl");
   std::ofstream diag(dir + "/diagnostics.jsonl");
+  std::ofstream metrics(dir + "/metrics.jsonl");
   int64_t alt = 0, stage_first = 0;
   int stage = 0;
   for (int64_t step = 0; step < last; ++step) {
@@ -94,20 +97,55 @@ std::string write_run(const std::string& root, const FakeRun& r, bool finished =
                   .dump()
            << "\n";
     }
+    // Training loss: 3.0 − 0.1·stage, plus after each append a decaying jump (1.0 pre, 2.0 post)·0.5^k
+    // at k steps into the stage: the transition metrics have closed forms (see PaperTables below).
+    const int64_t k = step - stage_first;
+    const double jump = stage > 0 ? (r.norm == "pre" ? 1.0 : 2.0) * std::pow(0.5, static_cast<double>(k)) : 0.0;
+    metrics << json{{"step", step}, {"stage", stage}, {"depth", depth}, {"loss", 3.0 - 0.1 * stage + jump}}.dump() << "\n";
     if ((r.kind == "grow" || r.kind == "freeze") && ((step + 1) % 5 == 0)) {
       const bool growth = stage_end && stage < 2;
+      const bool final_point = stage_end && stage == 2;
       const double scale = (r.norm == "pre" ? 1.0 + depth : 1.0) * (1 + 0.01 * step);
-      diag << json{{"step", step}, {"stage", stage}, {"depth", depth}, {"event", growth ? "growth" : "periodic"},
-                   {"boundary_rms", {{"first", 3 * scale}, {"structural", scale}, {"content", 1.2 * scale}}},
-                   {"residual_rms", json::array({{{"content", 1.0}}})},
-                   {"identity",
-                    {{"rel_change", {{"first", 0.1 * depth}, {"structural", 0.3}, {"content", 0.5 / depth}}},
-                     {"cos", {{"first", 0.99}, {"structural", 0.9}, {"content", 0.8}}}}}}
-                  .dump()
-           << "\n";
+      json record = {{"step", step}, {"stage", stage}, {"depth", depth},
+                     {"event", growth ? "growth" : final_point ? "final" : "periodic"},
+                     {"boundary_rms", {{"first", 3 * scale}, {"structural", scale}, {"content", 1.2 * scale}}},
+                     {"residual_rms", json::array({{{"content", 1.0}}})},
+                     {"identity",
+                      {{"rel_change", {{"first", 0.1 * depth}, {"structural", 0.3}, {"content", 0.5 / depth}}},
+                       {"cos", {{"first", 0.99}, {"structural", 0.9}, {"content", 0.8}}}}}};
+      // Block-boundary RMS: pre-norm's document-boundary tokens 40× the regular ones, growing with depth.
+      json rms = json::array();
+      for (int64_t b = 0; b <= depth; ++b) {
+        const double regular = r.norm == "pre" ? 7.0 + b : 1.0, boundary = r.norm == "pre" ? 40 * regular : 1.5;
+        rms.push_back({{"all", {{"count", 60}, {"mean", regular + 0.1}, {"std", r.norm == "pre" ? 5.0 + b : 0.1},
+                                {"kurtosis", r.norm == "pre" ? 50.0 : 3.0}}},
+                       {"document_boundary", {{"count", 2}, {"mean", boundary}, {"std", 0.0}, {"kurtosis", nullptr}}},
+                       {"regular", {{"count", 58}, {"mean", regular}, {"std", 0.5}, {"kurtosis", 3.0}}}});
+      }
+      record["block_layers"] = 1;
+      record["block_rms"] = rms;
+      if (stage_end) {
+        // Block removal: post-norm blocks all matter (ΔCE 2.5 + b), pre-norm's barely (0.02·(b+1)).
+        json blocks = json::array();
+        for (int64_t b = 0; b < depth; ++b) {
+          const double dce = r.norm == "post" ? 2.5 + b : 0.02 * (b + 1);
+          blocks.push_back({{"block", b}, {"ce_without", 3.0 + dce}, {"delta_ce", dce}, {"angle", 0.1 * (b + 1)}});
+        }
+        record["block_removal"] = {{"full_ce", 3.0}, {"tokens", 60}, {"block_layers", 1}, {"blocks", blocks}};
+      }
+      diag << record.dump() << "\n";
     }
   }
   write_active_layer_tokens(dir, {alt, last * 1000, last, finished});
+  if (finished && (r.kind == "grow" || r.kind == "freeze")) {
+    // Per-token RMS of the finished student at 4 boundaries: 2 document-boundary and 8 regular tokens.
+    json boundaries = json::array();
+    for (int b = 0; b < 4; ++b)
+      boundaries.push_back({{"document_boundary", {300.0, 500.0}},
+                            {"regular", {1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0}}});
+    std::ofstream(dir + "/final_token_rms.json") << json{{"step", total - 1}, {"depth", 3}, {"block_layers", 1},
+                                                         {"boundaries", boundaries}}.dump();
+  }
   return dir;
 }
 
@@ -351,6 +389,95 @@ TEST(Report, PlotsAreRenderedFromTheRecordsWithGrowthEventsMarked) {
   std::stringstream text;
   text << md.rdbuf();
   EXPECT_NE(text.str().find("![val_ce.png](val_ce.png)"), std::string::npos);
+}
+
+// The paper's tables from the synthetic study: numbers recomputed from the records' closed forms.
+TEST(PaperTables, InteractionTransitionsRemovalAndResidualScale) {
+  const std::string root = write_study("paper_tables");
+  ReportOptions o;
+  o.out_dir = root + "/report";
+  o.plots = false;
+  const Report r = write_report({root}, o);
+  // Table 1: I = (post-grow − pre-grow) − (post-joint − pre-joint), from the eval records directly.
+  const auto i = interaction(r);
+  ASSERT_TRUE(i.has_value());
+  const double want = (recompute(root, "pg").first - recompute(root, "c").first) -
+                      (recompute(root, "b").first - recompute(root, "a").first);
+  EXPECT_NEAR(i->interaction, want, 1e-12);
+  ASSERT_TRUE(i->paired.has_value());
+  EXPECT_EQ(i->paired->n, 3);
+  EXPECT_NEAR(i->paired->mean, want, 1e-12);  // every role has seeds 1, 2, 3: the paired mean is I
+
+  // Table A4: stages of 10 steps -> windows {1, 1, 1}; baseline = loss of the step before the append
+  // (3.0 − 0.1·(stage−1)), the loss at the append 3.0 − 0.1·stage + J (J = 1 pre, 2 post), so
+  // jump = J − 0.1; recovery: the first k with J·0.5^k <= 0.1 is k = 4 (pre) or 5 (post): k + 1 steps.
+  const std::vector<RoleTransitions> t = transition_table(r);
+  std::map<std::string, const RoleTransitions*> by_role;
+  for (const auto& x : t) by_role[x.role] = &x;
+  ASSERT_TRUE(by_role.count("pre-grow") && by_role.count("post-grow") && by_role.count("post-freeze"));
+  for (auto [role, jump, recovery] : {std::tuple{"pre-grow", 0.9, 5.0}, std::tuple{"post-grow", 1.9, 6.0}}) {
+    const RoleTransitions& x = *by_role.at(role);
+    ASSERT_EQ(x.steps, (std::vector<int64_t>{10, 20})) << role;
+    for (size_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(x.windows[k].smooth_steps, 1);
+      EXPECT_NEAR(x.jump[k].mean, jump, 1e-12) << role;
+      EXPECT_NEAR(x.auc_short[k].mean, jump, 1e-12) << role;  // a 1-step window: the jump itself
+      EXPECT_EQ(x.recovery[k].mean, recovery) << role;
+      EXPECT_EQ(x.not_recovered[k], 0);
+    }
+  }
+  std::ifstream md(o.out_dir + "/report.md");
+  std::stringstream text;
+  text << md.rdbuf();
+  const std::string s = text.str();
+  for (const char* want_text :
+       {"## Table 1", "| pre | ", "2.7603", "2.7330", "Interaction I = Δ_grow − Δ_joint", "(paper -0.0332)", "## Table 2",
+        "19.69", "## Table 3", "## Table 4", "## Table A3", "2.8772", "## Table A4", "(other config)",
+        // Table 4: post-grow's last block at the end of the run (step 30), 2.5 + 2.
+        "| post-grow | 2 | 30 | 4.5000 ± 0.0000 | 0.3000 ± 0.0000 | ΔCE ≥ 2.38 |",
+        "| pre-grow | 2 | 30 | 0.0600 ± 0.0000 | 0.3000 ± 0.0000 | ΔCE 0.02, angle 0.031 |",
+        // Table A4 rows, and the residual scale at the end (depth 3, last boundary: pre 7 + 3 = 10 regular).
+        "| pre-grow | 10 | 1/1/1 | +0.9000 ± 0.0000 |", "| pre-grow | 30 | 3 | 10.1 | 8 | 50 | 400 | 10 |"})
+    EXPECT_NE(s.find(want_text), std::string::npos) << want_text << "\n" << s;
+}
+
+TEST(PaperFigures, LogHistogramWorkedExample) {
+  const auto h = log_histogram({1, 1, 10, 100}, 1);
+  ASSERT_EQ(h.size(), 2u);  // two decades: [1, 10) and [10, 100]
+  EXPECT_NEAR(h[0].first, std::sqrt(10.0), 1e-12);
+  EXPECT_DOUBLE_EQ(h[0].second, 0.5);
+  EXPECT_DOUBLE_EQ(h[1].second, 0.5);
+  EXPECT_TRUE(log_histogram({0, -1}, 10).empty());
+}
+
+TEST(PaperFigures, EveryFigureIsRenderedWithItsKeyOutsideThePlot) {
+  if (find_in_path("gnuplot").empty()) GTEST_SKIP() << "gnuplot not installed (scripts/setup.sh installs gnuplot-nox)";
+  const std::string root = write_study("paper_figures");
+  ReportOptions o;
+  o.out_dir = root + "/report";
+  write_report({root}, o);
+  for (const char* name : {"fig3a_interaction", "fig3b_crossover", "fig4_block_rms", "fig5a_token_types", "val_ce",
+                           "figA1_token_rms", "figA2_block_removal"}) {
+    for (const char* ext : {".png", ".svg"}) {
+      const std::string f = o.out_dir + "/" + name + ext;
+      ASSERT_TRUE(fs::exists(f)) << f;
+      EXPECT_GT(fs::file_size(f), 1000u) << f;
+    }
+    std::ifstream gp(o.out_dir + "/" + name + ".gp");
+    std::stringstream script;
+    script << gp.rdbuf();
+    if (std::string(name) != "val_ce") EXPECT_NE(script.str().find("set key outside"), std::string::npos) << name;
+  }
+  // Figure 3a's data are the 2×2 means: post-grow's is the recomputed final CE.
+  std::ifstream dat(o.out_dir + "/fig3a_interaction.dat");
+  std::string line, block;
+  double post_grow = NAN;
+  while (std::getline(dat, line)) {
+    if (line.rfind("# ", 0) == 0) block = line.substr(2, line.find(':') - 2);
+    else if (!line.empty() && block == "post" && line.find(" grow ") != std::string::npos)
+      post_grow = std::stod(line.substr(line.find(" grow ") + 6));
+  }
+  EXPECT_NEAR(post_grow, recompute(root, "pg").first, 1e-7);
 }
 
 }  // namespace
