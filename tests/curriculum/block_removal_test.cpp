@@ -79,7 +79,7 @@ TEST(BlockRemoval, BypassingABlockEqualsTheStudentWithoutIt) {
       const at::Tensor real = labels != -1;
       const auto ce = [&](GrowableStudent& m) {
         const at::Tensor logits = m.forward(inputs).to(at::kDouble).reshape({-1, 53});
-        return at::cross_entropy(logits, labels.reshape({-1}), {}, at::Reduction::Mean, -1).item<double>();
+        return at::cross_entropy_loss(logits, labels.reshape({-1}), {}, at::Reduction::Mean, -1).item<double>();
       };
       // fp32 logits of O(10) from the same weights by a full and a chunked matmul differ by a
       // few ulps (~1e-6); log-softmax keeps that size, so the mean CE agrees to 1e-5.
@@ -111,7 +111,7 @@ TEST(BlockRemoval, AnIdentityBlockCostsNothingAndKeepsDirections) {
   EXPECT_EQ(r.blocks[1].delta_ce, 0.0);
   // cos(x, x) in double is 1 within ~1e-15, and arccos(1 − δ) = sqrt(2δ) ≈ 5e-8.
   EXPECT_NEAR(r.blocks[1].angle, 0.0, 1e-7);
-  EXPECT_GT(r.blocks[0].delta_ce, 0.1);
+  EXPECT_GT(std::abs(r.blocks[0].delta_ce), 0.1);  // a random block matters (either way)
 }
 
 TEST(BlockRemoval, PaddingNeverCounts) {
@@ -162,7 +162,7 @@ TEST(BlockRemoval, TransformersOnTheExportedStudentAgrees) {
     EXPECT_NEAR(hf["blocks"][b]["delta_ce"].get<double>(), r.blocks[b].delta_ce, 4e-4) << "block " << b;
     // Hidden states agree to ~1e-6 relative; an angle moves by that over sin(angle) (> 0.1 here).
     EXPECT_NEAR(hf["blocks"][b]["angle"].get<double>(), r.blocks[b].angle, 1e-4) << "block " << b;
-    EXPECT_GT(r.blocks[b].delta_ce, 0.01);
+    EXPECT_GT(std::abs(r.blocks[b].delta_ce), 0.01);  // random blocks matter (either way)
   }
 }
 
