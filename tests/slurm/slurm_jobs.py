@@ -14,7 +14,8 @@ hand under mpirun. Exit 77 (skip) where the Slurm packages are missing. Cases:
                      non-zero, and its output names the dead rank
   preempt            scancel --signal=USR1 --batch -> coordinated checkpoint -> the script requeues
                      the job -> it runs again (SLURM_RESTART_COUNT=1) and ends on the uninterrupted curve
-  preempt-timelimit  the same, the signal sent by Slurm itself: --time=1 --signal=B:USR1@55
+  preempt-timelimit  the same, the signal sent by Slurm itself: --time=1 --signal=B:USR1@55, on a
+                     480-step run (its own run by hand is the reference and times the submission)
   study              `deepen study configs/demo/study_slurm.toml --slurm DIR` (study_small's four runs
                      and a matched run), then DIR/submit.sh: the array runs for real, the matched run
                      waits for post-grow (afterok); `deepen report` shows the five runs
@@ -33,13 +34,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 from cluster import Cluster, skip_if_unavailable  # noqa: E402
-from distributed_train import MPI_ENV, records  # noqa: E402
-from faults import LAYOUT  # noqa: E402
+from distributed_train import MPI_ENV, records, run  # noqa: E402
+from faults import LAYOUT, Faults  # noqa: E402
 
 SOURCE = os.path.abspath(os.path.join(HERE, "..", ".."))
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 WATCHDOG_S = float(next(s for s in LAYOUT if s.startswith("control.watchdog_s=")).split("=")[1])
 STEPS = 120  # LAYOUT's curriculum.stage_steps=[40, 40, 40]
+# preempt-timelimit: a run long enough to straddle one of slurmctld's 30-s checks with room on
+# both sides, compared with its own run by hand (the 120-step run ends within 6 s on a quiet machine,
+# before the check, and then nothing is preempted).
+LONG = ["curriculum.stage_steps=[40, 40, 400]"]
+LONG_STEPS = 480
 
 
 class Jobs:
@@ -48,13 +54,13 @@ class Jobs:
         self.base = os.path.join(self.work, "base.toml")
         self.reference = os.path.join(self.work, "faults-reference")
 
-    def submit(self, c, name, launcher="srun", sbatch_args=(), env=None):
+    def submit(self, c, name, launcher="srun", sbatch_args=(), env=None, sets=()):
         """Submits slurm/run.sbatch for the 4-rank run into WORK/slurm-NAME; returns (job id, run dir, log)."""
         out = os.path.join(self.work, f"slurm-{name}")
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
         run_dir, log = os.path.join(out, "run"), os.path.join(out, "job.out")
-        sets = sum((["--set", s] for s in LAYOUT), [])
+        sets = sum((["--set", s] for s in list(LAYOUT) + list(sets)), [])
         job_env = dict(MPI_ENV, DEEPEN_BIN=self.deepen, DEEPEN_HOME=SOURCE, DEEPEN_LAUNCHER=launcher,
                        DEEPEN_RUN_DIR=run_dir, **(env or {}))
         # The script's own #SBATCH lines ask for 2 nodes x 8 tasks x 8 CPUs; the command line wins.
@@ -76,20 +82,21 @@ class Jobs:
             time.sleep(0.1)
         raise AssertionError(f"job {job}: no {n} steps within {timeout} s\n" + c.logs())
 
-    def compare_with_reference(self, run_dir, what):
+    def compare_with_reference(self, run_dir, what, reference=None, steps=STEPS):
         """The run's records against the same run started by hand (faults.py `reference`)."""
-        ref, got = records(self.reference, "metrics.jsonl"), records(run_dir, "metrics.jsonl")
-        assert [r["step"] for r in got] == list(range(STEPS)), f"{what}: steps {[r['step'] for r in got][:5]}..."
+        reference = reference or self.reference
+        ref, got = records(reference, "metrics.jsonl"), records(run_dir, "metrics.jsonl")
+        assert [r["step"] for r in got] == list(range(steps)), f"{what}: steps {[r['step'] for r in got][:5]}..."
         # Same binary, same rank layout, same collectives on the same sizes: every reduction happens
         # in the same order whoever started the ranks, so the curve is bit-identical (tolerance 0).
         for a, b in zip(ref, got):
             for key in ("loss", "kl", "ce", "depth"):
                 assert a[key] == b[key], f"{what}: step {a['step']} {key}: by hand {a[key]}, under Slurm {b[key]}"
-        ea, eb = records(self.reference, "eval.jsonl"), records(run_dir, "eval.jsonl")
+        ea, eb = records(reference, "eval.jsonl"), records(run_dir, "eval.jsonl")
         assert [(e["step"], e["val_ce"], e["val_kl"]) for e in ea] == [(e["step"], e["val_ce"], e["val_kl"]) for e in eb], \
             f"{what}: eval records differ"
         assert os.path.isdir(os.path.join(run_dir, "final")), f"{what}: no final/ in {run_dir}"
-        print(f"{what}: {STEPS} steps (depth 1 -> 3) and {len(eb)} evals bit-identical to the run started by hand")
+        print(f"{what}: {steps} steps (depth 1 -> 3) and {len(eb)} evals bit-identical to the run started by hand")
 
     def launch(self, launcher):
         with Cluster() as c:
@@ -146,16 +153,33 @@ class Jobs:
                   f"(bound {bound} s); {next(l for l in aborts if named.search(l)).strip()}")
 
     def preempt(self, natural):
+        reference, steps = self.reference, STEPS
+        if natural:
+            # The long run by hand first: its records are the reference, its duration D times the job.
+            reference = os.path.join(self.work, "slurm-timelimit-reference")
+            f = Faults(self.deepen, self.work)
+            shutil.rmtree(reference, ignore_errors=True)
+            t = time.time()
+            run(f.command(reference, LONG), env=MPI_ENV)
+            took, steps = time.time() - t, LONG_STEPS
         with Cluster() as c:
             t0 = time.time()
             if natural:
                 # slurmctld sends --signal warnings from its periodic check, every 30 s counted from
                 # its start (PERIODIC_TIMEOUT; measured here: a job started 3 s after slurmctld got
-                # USR1 27 s in, for @50 and @55 alike). Submitted 20 s after slurmctld started, with
-                # the warning due 5 s into the 1-minute limit (@55), the job gets USR1 at the 30 s
-                # check, ~10 s in: mid-run (the run takes ~13 s alone here, longer under load).
-                time.sleep(max(0.0, c.ctld_started + 20 - time.time()))
-                job, run_dir, log = self.submit(c, "preempt-timelimit", sbatch_args=["--time=1", "--signal=B:USR1@55"])
+                # USR1 27 s in, for @50 and @55 alike). The warning is due 5 s into the 1-minute
+                # limit (@55); the job is submitted so that the next check falls 40% into a run as
+                # long as the one by hand (startup is done by then, ~60% of the steps remain), and
+                # never before the warning is due. Measured, not assumed: a faster or a loaded
+                # machine shifts the submission with D.
+                into = max(0.4 * took, 6.5)
+                checks = [c.ctld_started + 30 * k for k in range(1, 20)]
+                check = next(x for x in checks if x - into - 0.5 > time.time())
+                time.sleep(check - into - time.time())
+                job, run_dir, log = self.submit(c, "preempt-timelimit", sbatch_args=["--time=1", "--signal=B:USR1@55"],
+                                                sets=LONG)
+                print(f"run by hand: {took:.1f} s; job submitted {into:.1f} s before slurmctld's check at "
+                      f"{check - c.ctld_started:.0f} s")
             else:
                 job, run_dir, log = self.submit(c, "preempt")
                 self.wait_for_steps(c, job, run_dir, 25)
@@ -196,7 +220,7 @@ class Jobs:
             how = "--signal=B:USR1@55 with --time=1" if natural else "scancel --signal=USR1 --batch"
             print(f"job {job}: {how} -> {agreed[0].strip()} -> requeued -> rerun (SLURM_RESTART_COUNT=1) "
                   f"COMPLETED; requeued at {requeued:.1f} s, running again at {rerun:.1f} s, {time.time() - t0:.1f} s in all")
-            self.compare_with_reference(run_dir, f"preempted at step {stop} ({how}) and requeued")
+            self.compare_with_reference(run_dir, f"preempted at step {stop} ({how}) and requeued", reference, steps)
 
     def study(self):
         out = os.path.join(self.work, "slurm-study")
