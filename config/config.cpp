@@ -130,11 +130,12 @@ void apply_override(toml::table& root, const std::string& item) {
 // Fills in what defaults to other fields (joint stages = [layers], grow stages = 1..layers).
 void resolve(Config& cfg) {
   auto& cur = cfg.curriculum;
-  if (cur.stages.empty()) {
+  if (cur.stages.empty() && cur.block_layers >= 1) {
+    const int64_t blocks = cfg.student.layers / cur.block_layers;  // validate_config checks the remainder
     if (cur.mode == "joint") {
-      cur.stages = {cfg.student.layers};
+      cur.stages = {blocks};
     } else {
-      for (int64_t d = 1; d <= cfg.student.layers; ++d) cur.stages.push_back(d);
+      for (int64_t b = 1; b <= blocks; ++b) cur.stages.push_back(b);
     }
   }
 }
@@ -227,22 +228,39 @@ void validate_config(const Config& cfg) {
                                 ", got " + std::to_string(s.heads));
   if (s.head_dim % 2 != 0) c.fail("student.head_dim", "must be even (RoPE rotates pairs), got " + std::to_string(s.head_dim));
   c.one_of("student.norm", s.norm, {"pre", "post"});
+  c.one_of("student.init", s.init, {"random", "teacher"});
+  if (s.init == "teacher" && s.tie_embeddings)
+    c.fail("student.tie_embeddings", "must be false with student.init = \"teacher\" (the embedding is frozen, "
+                                     "the LM head trains: they cannot be one matrix)");
   c.positive("student.rope_theta", s.rope_theta);
   c.positive("student.rms_eps", s.rms_eps);
 
   const auto& cur = cfg.curriculum;
   c.one_of("curriculum.mode", cur.mode, {"joint", "grow"});
+  c.at_least("curriculum.block_layers", cur.block_layers, 1);
+  if (s.layers % cur.block_layers != 0)
+    c.fail("curriculum.block_layers", "must divide student.layers = " + std::to_string(s.layers) + ", got " +
+                                          std::to_string(cur.block_layers));
+  if (cur.stages.empty()) c.fail("curriculum.stages", "needs at least one stage");
   for (size_t i = 0; i < cur.stages.size(); ++i) {
     if (cur.stages[i] < 1) c.fail("curriculum.stages", "depths must be >= 1, got " + std::to_string(cur.stages[i]));
-    if (i && cur.stages[i] <= cur.stages[i - 1])
+    if (cur.mode == "grow" && i && cur.stages[i] <= cur.stages[i - 1])
       c.fail("curriculum.stages", "must be strictly increasing, got " + std::to_string(cur.stages[i - 1]) +
                                       " then " + std::to_string(cur.stages[i]));
   }
-  if (cur.stages.back() != s.layers)
-    c.fail("curriculum.stages", "must end at student.layers = " + std::to_string(s.layers) + ", got " +
-                                    std::to_string(cur.stages.back()));
-  if (cur.mode == "joint" && cur.stages.size() != 1)
-    c.fail("curriculum.stages", "a joint run has one stage, got " + std::to_string(cur.stages.size()));
+  // With one-layer blocks (the default) a stage's blocks are its layers.
+  const int64_t full_blocks = s.layers / cur.block_layers;
+  const std::string full = cur.block_layers == 1
+                               ? "student.layers = " + std::to_string(s.layers)
+                               : "student.layers / curriculum.block_layers = " + std::to_string(s.layers) + " / " +
+                                     std::to_string(cur.block_layers) + " = " + std::to_string(full_blocks) + " blocks";
+  if (cur.stages.back() != full_blocks)
+    c.fail("curriculum.stages", "must end at " + full + ", got " + std::to_string(cur.stages.back()));
+  if (cur.mode == "joint")
+    for (int64_t st : cur.stages)
+      if (st != full_blocks)
+        c.fail("curriculum.stages", "a joint run trains at full depth in every phase (" + full + "), got " +
+                                        std::to_string(st));
   const int budgets = !cur.stage_tokens.empty() + !cur.stage_steps.empty() + !cur.budget.empty();
   // None is fine for jobs that do not train (prep, plan); the trainer's schedule requires one.
   if (budgets > 1)
@@ -273,6 +291,10 @@ void validate_config(const Config& cfg) {
            "re-normalizes its input); use \"random\" or \"copy_last\"");
   if (cur.freeze_prefix && cur.mode != "grow") c.fail("curriculum.freeze_prefix", "needs mode = \"grow\"");
   c.at_least("curriculum.rewarmup_steps", cur.rewarmup_steps, 0);
+  c.one_of("curriculum.phase_policy", cur.phase_policy, {"keep", "reset"});
+  if (cur.phase_policy == "reset" && cur.rewarmup_steps > 0)
+    c.fail("curriculum.rewarmup_steps", "must be 0 with curriculum.phase_policy = \"reset\" (every phase "
+                                        "already restarts with optim.warmup_steps of warmup)");
 
   const auto& di = cfg.distill;
   if (!(di.alpha >= 0 && di.alpha <= 1)) c.fail("distill.alpha", "must be in [0, 1], got " + format_double(di.alpha));
@@ -370,5 +392,11 @@ std::string to_toml(const Config& cfg) {
 }
 
 uint64_t config_hash(const Config& cfg) { return hash64(to_toml(cfg)); }
+
+std::vector<int64_t> stage_depths(const CurriculumConfig& cur) {
+  std::vector<int64_t> out;
+  for (int64_t blocks : cur.stages) out.push_back(blocks * cur.block_layers);
+  return out;
+}
 
 }  // namespace deepen

@@ -62,32 +62,54 @@ struct StudentConfig {
   int64_t vocab_size = 0;     // 0 = take it from the tokenizer (and check it against the teacher)
   std::string norm = "pre";   // "pre" | "post": where RMSNorm sits relative to the residual add
   bool tie_embeddings = true;
+  // "random": every weight drawn (Qwen3's init, std 0.02). "teacher" (the paper's student): the
+  // embedding is copied from teacher.checkpoint and frozen, the LM head copied and trained (needs
+  // tie_embeddings = false), the boundary norm (pre: the final norm; post: an entry norm on the
+  // embedding output) starts from the teacher's final norm and trains; decoder layers are random.
+  // Needs hidden = the teacher's hidden size.
+  std::string init = "random";
   double rope_theta = 1'000'000.0;
   double rms_eps = 1e-6;
   FloatDtype dtype = FloatDtype::kFp32;  // "fp32" | "bf16" parameters and compute
   template <class V> void visit(V& v) {
     v("layers", layers); v("hidden", hidden); v("heads", heads); v("kv_heads", kv_heads);
     v("head_dim", head_dim); v("intermediate", intermediate); v("vocab_size", vocab_size);
-    v("norm", norm); v("tie_embeddings", tie_embeddings); v("rope_theta", rope_theta);
+    v("norm", norm); v("tie_embeddings", tie_embeddings); v("init", init); v("rope_theta", rope_theta);
     v("rms_eps", rms_eps); v("dtype", dtype);
   }
 };
 
 struct CurriculumConfig {
-  std::string mode = "grow";              // "joint" (one stage at full depth) | "grow"
-  std::vector<int64_t> stages;            // active depth per stage, strictly increasing
+  // "grow" (depth increases stage by stage) | "joint" (full depth from step 0; several stages =
+  // phases at that fixed depth, e.g. stages = [3, 3] with stage_steps = [50000, 50000]: the
+  // post-joint-long control restarts its LR at the grow runs' phase boundaries)
+  std::string mode = "grow";
+  std::vector<int64_t> stages;            // active blocks per stage (grow: strictly increasing)
+  int64_t block_layers = 1;               // decoder layers per block (the paper: 3 blocks x 3 layers)
   std::vector<std::string> stage_tokens;  // per stage, "50M" / "2.5B" / "123456"; or use stage_steps
   std::vector<int64_t> stage_steps;       // per stage optimizer steps (exclusive with stage_tokens)
   std::string budget;                     // "" | "active_layer_tokens:<run dir>" (joint runs only)
   std::string grow_init = "random";       // "random" | "copy_last" | "identity"
   bool freeze_prefix = false;             // freeze control: only appended blocks train
-  int64_t rewarmup_steps = 0;             // LR re-warmup after each growth (0 = none)
+  // Freeze control: whether the LM head and the boundary norm (and a tied/random embedding) freeze
+  // with the prefix. true = the literal reading of "only the new block updates" (the paper is silent).
+  bool freeze_head_and_norm = true;
+  int64_t rewarmup_steps = 0;             // LR re-warmup after each growth (0 = none; "keep" only)
+  // At every stage start after the first: "keep" (AdamW state carried, one LR schedule over the
+  // run, optional rewarmup_steps) | "reset" (the paper: fresh AdamW state for every trainable
+  // parameter, and a full warmup + cosine down to lr · min_lr_ratio within each stage).
+  std::string phase_policy = "keep";
   template <class V> void visit(V& v) {
-    v("mode", mode); v("stages", stages); v("stage_tokens", stage_tokens);
+    v("mode", mode); v("stages", stages); v("block_layers", block_layers); v("stage_tokens", stage_tokens);
     v("stage_steps", stage_steps); v("budget", budget); v("grow_init", grow_init);
-    v("freeze_prefix", freeze_prefix); v("rewarmup_steps", rewarmup_steps);
+    v("freeze_prefix", freeze_prefix); v("freeze_head_and_norm", freeze_head_and_norm);
+    v("rewarmup_steps", rewarmup_steps); v("phase_policy", phase_policy);
   }
 };
+
+// Active decoder layers per stage: stages × block_layers. Example: stages = [1, 2, 3],
+// block_layers = 3 -> [3, 6, 9].
+std::vector<int64_t> stage_depths(const CurriculumConfig& cur);
 
 struct DistillConfig {
   double alpha = 1.0;             // weight of the KL term; 1 - alpha weighs CE on the labels

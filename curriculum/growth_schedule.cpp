@@ -45,9 +45,15 @@ int GrowthSchedule::stage_of(int64_t step) const {
   return static_cast<int>(it - stage_begin.begin()) - 1;
 }
 
-bool GrowthSchedule::is_growth_step(int64_t step) const {
+bool GrowthSchedule::is_phase_start(int64_t step) const {
   if (step <= 0 || step >= total_steps()) return false;
   return std::binary_search(stage_begin.begin() + 1, stage_begin.end(), step);
+}
+
+bool GrowthSchedule::is_growth_step(int64_t step) const {
+  if (!is_phase_start(step)) return false;
+  const size_t k = static_cast<size_t>(stage_of(step));
+  return depths[k] > depths[k - 1];
 }
 
 bool GrowthSchedule::is_stage_end(int64_t step) const {
@@ -103,18 +109,21 @@ int64_t joint_steps_for_active_layer_tokens(int64_t active_layer_tokens, int64_t
 GrowthSchedule make_growth_schedule(const CurriculumConfig& cur, int64_t tps, int64_t budget_alt, const std::string& source) {
   if (cur.stages.empty()) throw InputError(prefixed(source, "curriculum.stages: needs at least one stage"));
   if (tps <= 0) throw InputError(prefixed(source, "tokens per step must be > 0, got " + std::to_string(tps)));
+  if (cur.block_layers < 1)
+    throw InputError(prefixed(source, "curriculum.block_layers: must be >= 1, got " + std::to_string(cur.block_layers)));
+  // Grow runs increase; joint runs may repeat their depth (phases at a fixed depth).
   for (size_t k = 0; k < cur.stages.size(); ++k) {
-    if (cur.stages[k] < 1 || (k && cur.stages[k] <= cur.stages[k - 1]))
-      throw InputError(prefixed(source, "curriculum.stages: depths must be >= 1 and strictly increasing"));
+    if (cur.stages[k] < 1 || (k && cur.stages[k] < cur.stages[k - 1]))
+      throw InputError(prefixed(source, "curriculum.stages: depths must be >= 1 and never decrease"));
   }
   GrowthSchedule g;
-  g.depths = cur.stages;
+  g.depths = stage_depths(cur);
   g.tokens_per_step = tps;
   try {
     if (!cur.budget.empty()) {
       if (cur.stages.size() != 1)
         throw InputError("curriculum.budget: only a joint (one-stage) run takes an active-layer-token budget");
-      g.stage_steps = {joint_steps_for_active_layer_tokens(budget_alt, cur.stages[0], tps)};
+      g.stage_steps = {joint_steps_for_active_layer_tokens(budget_alt, g.depths[0], tps)};
     } else if (!cur.stage_tokens.empty()) {
       if (cur.stage_tokens.size() != cur.stages.size())
         throw InputError("curriculum.stage_tokens: needs one entry per stage (" + std::to_string(cur.stages.size()) +
@@ -188,7 +197,7 @@ Config single_block_control(const Config& grow) {
   if (cur.mode != "grow" || cur.stages.empty() || (cur.stage_tokens.empty() && cur.stage_steps.empty()))
     throw InputError(prefixed(grow.source, "single-block control needs a grow run with stage_tokens or stage_steps"));
   Config out = grow;
-  out.student.layers = cur.stages[0];
+  out.student.layers = cur.stages[0] * cur.block_layers;
   out.curriculum.mode = "joint";
   out.curriculum.stages = {cur.stages[0]};
   out.curriculum.stage_tokens = cur.stage_tokens.empty() ? std::vector<std::string>{} : std::vector<std::string>{cur.stage_tokens[0]};

@@ -21,8 +21,12 @@ namespace deepen {
 //                      first step trained at depth 2
 //   active-layer tokens after n steps: n=3 -> 3·4096·1 = 12288; n=8 -> 12288 + 5·4096·2 = 53248;
 //                      n=10 (the whole run) -> 53248 + 2·4096·3 = 77824
+//
+// A stage is also a phase: with curriculum.phase_policy = "reset" every stage start restarts the
+// optimizer and the LR schedule, and a joint run may have several stages at one depth
+// (stages = [9, 9]: phase starts at the boundary, no growth there).
 struct GrowthSchedule {
-  std::vector<int64_t> depths;       // active depth per stage, strictly increasing
+  std::vector<int64_t> depths;       // active decoder layers per stage (stages × block_layers), never decreasing
   std::vector<int64_t> stage_steps;  // optimizer steps per stage, each >= 1
   std::vector<int64_t> stage_begin;  // first step of each stage (prefix sums of stage_steps)
   int64_t tokens_per_step = 0;       // global batch tokens per optimizer step
@@ -36,7 +40,9 @@ struct GrowthSchedule {
   int64_t first_step(int stage) const { return stage_begin.at(static_cast<size_t>(stage)); }
   int64_t last_step(int stage) const { return first_step(stage) + stage_steps.at(static_cast<size_t>(stage)) - 1; }
   int64_t final_depth() const { return depths.back(); }
-  // True at the first step of every stage but the first: grow (append blocks) before its forward.
+  // True at the first step of every stage but the first: a new phase starts before its forward.
+  bool is_phase_start(int64_t step) const;
+  // A phase start where the depth increases: grow (append blocks) before its forward.
   bool is_growth_step(int64_t step) const;
   // True at the last step of every stage (eval and diagnostics at stage ends run after it).
   bool is_stage_end(int64_t step) const;
@@ -87,10 +93,10 @@ int64_t resolve_budget(const std::string& budget);
 
 // ---- Single-block control ------------------------------------------------------------------------
 // The control "the first grow stage alone": a joint run whose student has only the first stage's
-// depth (1 in the paper's setup) and that trains for the first stage's budget. Everything else
+// depth (one block: 3 layers in the paper's setup) and that trains for the first stage's budget. Everything else
 // (width, data, optimizer, distillation) is kept, so the run differs from the grow run's first stage
 // only in the LR schedule, which now spans just this stage. Equivalent config edits:
-//   --set student.layers=1 --set curriculum.mode=joint --set curriculum.stages=[1]
+//   --set student.layers=<stages[0] × block_layers> --set curriculum.mode=joint --set curriculum.stages=[stages[0]]
 //   --set 'curriculum.stage_tokens=["50M"]'     (the grow run's stage_tokens[0], or stage_steps[0])
 // Throws InputError if `grow` is not a grow run with stage_tokens or stage_steps.
 Config single_block_control(const Config& grow);

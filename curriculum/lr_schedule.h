@@ -30,6 +30,14 @@ namespace deepen {
 // Worked example: the one above, growth at step 3, R = 2
 //   step:  0    1    2    3               4      5
 //   lr:    0.5  1.0  1.0  0.775·½=0.3875  0.325  0.1
+//
+// Restart per phase (curriculum.phase_policy = "reset", the paper): every phase (stage) is a
+// schedule of its own, the base formula above with s counted from the phase's first step and T
+// its length: a full warmup, then cosine down to exactly m at the phase's last step.
+// Worked example: lr = 1, min_lr_ratio = 0.1, W = 1, phases of 4 steps at 0 and 4, cosine
+//   step:  0    1    2     3    | 4    5    6     7
+//   lr:    1.0  1.0  0.55  0.1  | 1.0  1.0  0.55  0.1
+// and with W = 2:  0.5 1.0 1.0 0.1 | 0.5 1.0 1.0 0.1
 struct LrSchedule {
   double lr = 3e-4;
   double min_lr_ratio = 0.1;
@@ -38,6 +46,8 @@ struct LrSchedule {
   int64_t total_steps = 1;
   std::vector<int64_t> growth_steps; // ascending; each restarts the re-warmup ramp
   int64_t rewarmup_steps = 0;        // 0 = no re-warmup
+  bool restart_each_phase = false;   // phase_policy = "reset": phase_begin cut the run into schedules
+  std::vector<int64_t> phase_begin;  // first step of every phase (stage), ascending, [0] = 0
 
   // The learning rate at `step` (0 <= step; steps past the end keep the last value).
   double at(int64_t step) const;
@@ -45,7 +55,9 @@ struct LrSchedule {
   double base_at(int64_t step) const;
 };
 
-// From optim.* and curriculum.rewarmup_steps, over the growth schedule's steps and growth points.
-LrSchedule make_lr_schedule(const OptimConfig& optim, const GrowthSchedule& growth, int64_t rewarmup_steps);
+// From optim.* and curriculum.rewarmup_steps, over the growth schedule's steps and phase starts;
+// restart_each_phase for curriculum.phase_policy = "reset".
+LrSchedule make_lr_schedule(const OptimConfig& optim, const GrowthSchedule& growth, int64_t rewarmup_steps,
+                            bool restart_each_phase = false);
 
 }  // namespace deepen

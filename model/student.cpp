@@ -71,6 +71,11 @@ StudentSpec student_spec_from_config(const StudentConfig& cfg, int64_t vocab_siz
   spec.norm = parse_norm_placement(cfg.norm, "student.norm");
   spec.tie_embeddings = cfg.tie_embeddings;
   spec.dtype = to_scalar_type(cfg.dtype);
+  const bool from_teacher = cfg.init == "teacher";
+  if (from_teacher && cfg.tie_embeddings)
+    throw InputError("student.tie_embeddings: must be false with student.init = \"teacher\"");
+  spec.entry_norm = from_teacher && spec.norm == NormPlacement::kPost;
+  spec.freeze_embedding = from_teacher;
   return spec;
 }
 
@@ -103,6 +108,13 @@ GrowableStudent::GrowableStudent(const StudentSpec& spec, int64_t depth, uint64_
   embed_tokens_ = register_module("embed_tokens", Embedding(spec_.vocab_size, h, cpu_f32));
   init_like_hf(*embed_tokens_, generator_for(seed_, kEmbedTag));
   embed_tokens_->to(device, spec_.dtype);
+  if (spec_.freeze_embedding) embed_tokens_->weight.set_requires_grad(false);
+  if (spec_.entry_norm) {
+    if (spec_.norm != NormPlacement::kPost)
+      throw InputError("student: an entry norm belongs to a post-norm student (pre-norm has its final norm)");
+    entry_norm_ = register_module("entry_norm", RMSNorm(h, spec_.decoder.rms_eps, cpu_f32));
+    entry_norm_->to(device, spec_.dtype);
+  }
   layers_ = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < depth; ++i) layers_->push_back(make_block(i));
   if (spec_.norm == NormPlacement::kPre) {
@@ -154,20 +166,30 @@ void GrowableStudent::grow_to(int64_t new_depth, GrowInit init) {
   }
 }
 
-void GrowableStudent::freeze_prefix(int64_t n_blocks) {
+void GrowableStudent::freeze_prefix(int64_t n_blocks, bool freeze_ends) {
   if (n_blocks < 0 || n_blocks > depth())
     throw std::out_of_range("freeze_prefix(" + std::to_string(n_blocks) + ") with depth " +
                             std::to_string(depth()));
   unfreeze_all();
-  for (auto& p : embed_tokens_->parameters()) p.set_requires_grad(false);
-  if (norm_) for (auto& p : norm_->parameters()) p.set_requires_grad(false);
-  if (lm_head_) for (auto& p : lm_head_->parameters()) p.set_requires_grad(false);
+  if (freeze_ends) {
+    for (auto& p : embed_tokens_->parameters()) p.set_requires_grad(false);
+    if (entry_norm_) for (auto& p : entry_norm_->parameters()) p.set_requires_grad(false);
+    if (norm_) for (auto& p : norm_->parameters()) p.set_requires_grad(false);
+    if (lm_head_) for (auto& p : lm_head_->parameters()) p.set_requires_grad(false);
+  }
   for (int64_t i = 0; i < n_blocks; ++i)
     for (auto& p : block(i)->parameters()) p.set_requires_grad(false);
 }
 
 void GrowableStudent::unfreeze_all() {
   for (auto& p : parameters()) p.set_requires_grad(true);
+  if (spec_.freeze_embedding) embed_tokens_->weight.set_requires_grad(false);
+}
+
+std::string GrowableStudent::boundary_norm_name() const {
+  if (norm_) return "norm.weight";
+  if (entry_norm_) return "entry_norm.weight";
+  return "";
 }
 
 uint64_t GrowableStudent::parameter_checksum() const {
@@ -206,7 +228,10 @@ Rotary GrowableStudent::rotary(int64_t seq_len) const {
   return make_rotary(seq_len, spec_.decoder.head_dim, spec_.decoder.rope_theta, spec_.dtype, device());
 }
 
-at::Tensor GrowableStudent::embed(const at::Tensor& ids) { return embed_tokens_(ids.to(device())); }
+at::Tensor GrowableStudent::embed(const at::Tensor& ids) {
+  const at::Tensor x = embed_tokens_(ids.to(device()));
+  return entry_norm_ ? entry_norm_(x) : x;
+}
 
 at::Tensor GrowableStudent::apply_block(int64_t i, const at::Tensor& x) {
   return block(i)->forward(x, rotary(x.size(1)));
@@ -217,7 +242,7 @@ at::Tensor GrowableStudent::head_input(const at::Tensor& last_block_output) {
 }
 
 at::Tensor GrowableStudent::forward_hidden(const at::Tensor& ids) {
-  at::Tensor x = embed(ids);
+  at::Tensor x = embed(ids);  // through the entry norm, if any
   const Rotary rope = rotary(ids.size(1));
   for (int64_t i = 0; i < depth(); ++i) x = block(i)->forward(x, rope);
   return head_input(x);

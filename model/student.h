@@ -24,9 +24,17 @@ struct StudentSpec {
   NormPlacement norm = NormPlacement::kPre;
   bool tie_embeddings = true;
   at::ScalarType dtype = at::kFloat;  // parameters and compute: kFloat or kBFloat16
+  // Post-norm only: an RMSNorm `entry_norm` on the embedding output before block 0 (the paper's
+  // post-norm boundary norm), so that post- and pre-norm students have the same parameters.
+  bool entry_norm = false;
+  // The embedding never trains (the paper's student: copied from the teacher and frozen); it holds
+  // no gradient and so gets no optimizer state.
+  bool freeze_embedding = false;
 };
 
 // From the [student] section and the vocabulary size (the tokenizer's, or the teacher's).
+// student.init = "teacher" sets freeze_embedding, and entry_norm for a post-norm student (the
+// weights themselves come from copy_teacher_ends, model/student_from_teacher.h).
 // Throws InputError "student.<key>: ..." on bad values.
 StudentSpec student_spec_from_config(const StudentConfig& cfg, int64_t vocab_size);
 
@@ -42,14 +50,18 @@ enum class GrowInit { kRandom, kCopyLast, kIdentity };
 GrowInit parse_grow_init(const std::string& text, const std::string& where);
 const char* grow_init_name(GrowInit init);
 
-// Where the final norm sits:
+// Where the boundary norm sits:
 //   pre-norm:  the residual stream is never normalized inside the stack, so (as in Qwen3) a final
 //              RMSNorm `norm` sits between the last active block and the head.
 //   post-norm: every block ends with norm2(h + mlp(h)), so the stack's output is already unit-RMS
 //              times a learned gain; the head reads the last active block's output directly and
 //              there is no `norm` parameter (an extra norm would only add a redundant gain).
+//              With spec.entry_norm (the paper's post-norm student) an RMSNorm `entry_norm` sits
+//              on the embedding output instead: block 0 then gets a unit-RMS input like every
+//              later block, and the parameter count equals the pre-norm student's.
 // Parameter names are Hugging Face's without the "model." prefix: embed_tokens.weight,
-// layers.<i>.<block names in qwen3.h>, norm.weight (pre only), lm_head.weight (untied only).
+// entry_norm.weight (post with entry_norm only), layers.<i>.<block names in qwen3.h>, norm.weight
+// (pre only), lm_head.weight (untied only).
 // Only active blocks exist as modules, so named_parameters(), state_dict and the checksum cover
 // exactly the active model.
 class GrowableStudent : public torch::nn::Module {
@@ -70,12 +82,19 @@ class GrowableStudent : public torch::nn::Module {
   void grow_to(int64_t new_depth, GrowInit init);
   void append(int64_t n, GrowInit init) { grow_to(depth() + n, init); }
 
-  // Freeze control: blocks [0, n_blocks) stop training (requires_grad = false), and so do the
-  // embedding, the final norm and an untied lm_head, so that only the blocks after the prefix
-  // learn. Choice: freezing the input and output ends too keeps tied and untied students the same
-  // experiment (a tied head is the embedding) and makes "only appended blocks train" literal.
-  void freeze_prefix(int64_t n_blocks);
+  // Freeze control: blocks [0, n_blocks) stop training (requires_grad = false). With
+  // freeze_ends (the default) so do the embedding, the boundary norm (final or entry) and an untied
+  // lm_head, so that only the blocks after the prefix learn: freezing the input and output ends
+  // too keeps tied and untied students the same experiment (a tied head is the embedding) and
+  // makes "only appended blocks train" literal. Without it the ends keep training (a frozen
+  // embedding, spec.freeze_embedding, stays frozen either way).
+  void freeze_prefix(int64_t n_blocks, bool freeze_ends = true);
+  // Everything trains again, except an embedding the spec freezes.
   void unfreeze_all();
+
+  // The boundary norm's parameter name: "norm.weight" (pre), "entry_norm.weight" (post with
+  // entry_norm), "" (post without: it has none).
+  std::string boundary_norm_name() const;
 
   // 64-bit hash (FNV-1a over 8-byte words) of every active parameter's name, dtype, shape and
   // bytes, in named_parameters() order. Data-parallel students compare it after growth.
@@ -84,8 +103,8 @@ class GrowableStudent : public torch::nn::Module {
   // Parameters with requires_grad, in named_parameters() order: what the optimizer steps.
   std::vector<std::pair<std::string, at::Tensor>> named_trainable_parameters() const;
 
-  // ids [B, T] int64 (any device; moved to device()) -> embedding [B, T, hidden] (the residual
-  // stream entering block 0).
+  // ids [B, T] int64 (any device; moved to device()) -> embedding [B, T, hidden], through the
+  // entry norm when there is one (the residual stream entering block 0).
   at::Tensor embed(const at::Tensor& ids);
   // Block i (< depth()) on residual input x [B, T, hidden], positions 0..T-1.
   at::Tensor apply_block(int64_t i, const at::Tensor& x);
@@ -110,6 +129,7 @@ class GrowableStudent : public torch::nn::Module {
   StudentSpec spec_;
   uint64_t seed_;
   Embedding embed_tokens_{nullptr};
+  RMSNorm entry_norm_{nullptr};     // post-norm with spec.entry_norm only
   torch::nn::ModuleList layers_{nullptr};
   RMSNorm norm_{nullptr};           // pre-norm only
   Projection lm_head_{nullptr};     // untied only

@@ -38,6 +38,8 @@ nlohmann::json spec_json(const GrowableStudent& s) {
           {"max_depth", spec.max_depth},
           {"norm", norm_placement_name(spec.norm)},
           {"tie_embeddings", spec.tie_embeddings},
+          {"entry_norm", spec.entry_norm},
+          {"freeze_embedding", spec.freeze_embedding},
           {"dtype", float_dtype_name(float_dtype_of(spec.dtype))},
           {"depth", s.depth()},
           {"seed", s.seed()}};
@@ -99,6 +101,9 @@ std::shared_ptr<GrowableStudent> load_student(const std::string& path, at::Devic
     spec.max_depth = j.at("max_depth");
     spec.norm = parse_norm_placement(j.at("norm").get<std::string>(), path + ": metadata student.norm");
     spec.tie_embeddings = j.at("tie_embeddings");
+    // Files written before the paper's student existed have neither key: both were false.
+    spec.entry_norm = j.value("entry_norm", false);
+    spec.freeze_embedding = j.value("freeze_embedding", false);
     spec.dtype = to_scalar_type(parse_float_dtype(j.at("dtype").get<std::string>(), path + ": metadata student.dtype"));
     depth = j.at("depth");
     seed = j.at("seed");
@@ -139,10 +144,12 @@ void export_student_hf(const GrowableStudent& student, const std::string& dir) {
   config["deepen_norm"] = norm_placement_name(student.spec().norm);
   config["deepen_max_depth"] = student.spec().max_depth;
   config["deepen_seed"] = student.seed();
+  if (student.spec().entry_norm) config["deepen_entry_norm"] = true;
   if (student.spec().norm == NormPlacement::kPost)
-    config["deepen_note"] =
-        "post-norm student (h = norm(x + attn(x)); y = norm(h + mlp(h)); no final norm): "
-        "transformers' Qwen3 implementation cannot run it";
+    config["deepen_note"] = std::string(
+        "post-norm student (h = norm(x + attn(x)); y = norm(h + mlp(h)); no final norm") +
+        (student.spec().entry_norm ? "; model.entry_norm.weight normalizes the embedding output" : "") +
+        "): transformers' Qwen3 implementation cannot run it; deepen forward --model reads it";
   {
     std::ofstream out(tmp / "config.json");
     out << config.dump(2) << "\n";
@@ -180,6 +187,7 @@ std::shared_ptr<GrowableStudent> load_student_hf(const std::string& dir, at::Sca
   spec.tie_embeddings = config.tie_word_embeddings;
   spec.dtype = dtype;
   spec.norm = parse_norm_placement(extra.value("deepen_norm", std::string("pre")), config_path + ": deepen_norm");
+  spec.entry_norm = extra.value("deepen_entry_norm", false);
   spec.max_depth = extra.value("deepen_max_depth", config.num_hidden_layers);
   if (spec.max_depth < config.num_hidden_layers)
     throw InputError(config_path + ": deepen_max_depth " + std::to_string(spec.max_depth) +
@@ -189,6 +197,12 @@ std::shared_ptr<GrowableStudent> load_student_hf(const std::string& dir, at::Sca
 
   std::vector<ExpectedTensor> expected;
   expected.push_back(expected_embedding(config));
+  if (spec.entry_norm) {
+    ExpectedTensor entry = expected_final_norm(config);
+    entry.name = "model.entry_norm.weight";
+    entry.part = "entry_norm.weight";
+    expected.push_back(entry);
+  }
   for (int i = 0; i < static_cast<int>(config.num_hidden_layers); ++i)
     for (ExpectedTensor& e : expected_layer_tensors(config, i)) expected.push_back(std::move(e));
   if (spec.norm == NormPlacement::kPre) expected.push_back(expected_final_norm(config));

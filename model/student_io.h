@@ -30,12 +30,13 @@ std::shared_ptr<GrowableStudent> load_student(const std::string& path, at::Devic
 // "deepen_note") and model.safetensors. Written to <dir>.tmp, then renamed over <dir> (an existing
 // <dir> is replaced). Pre-norm students load in transformers as Qwen3ForCausalLM with the same
 // logits. Post-norm students are written in the same layout without model.norm.weight (they have
-// no final norm); transformers' Qwen3 would run them as pre-norm, i.e. wrongly.
+// no final norm; with an entry norm, model.entry_norm.weight and "deepen_entry_norm": true);
+// transformers' Qwen3 would run them as pre-norm, i.e. wrongly.
 void export_student_hf(const GrowableStudent& student, const std::string& dir);
 
 // A student from a Hugging Face Qwen3 folder (one that export_student_hf wrote, or any Qwen3
 // checkpoint: then pre-norm, max_depth = num_hidden_layers, seed 0). Reads "deepen_norm",
-// "deepen_max_depth" and "deepen_seed" from config.json when present. dtype: the student's
+// "deepen_max_depth", "deepen_entry_norm" and "deepen_seed" from config.json when present. dtype: the student's
 // compute dtype (kFloat or kBFloat16). Throws InputError naming the file and tensor.
 std::shared_ptr<GrowableStudent> load_student_hf(const std::string& dir, at::ScalarType dtype = at::kFloat,
                                                  at::Device device = at::kCPU);

@@ -393,7 +393,7 @@ PlanInput plan_input_from_config(const Config& cfg) {
   in.grad_accum = cfg.parallel.grad_accum;
   in.distill = cfg.distill;
   in.activation_dtype = cfg.parallel.activation_dtype;
-  in.stage_depths = cfg.curriculum.stages;
+  in.stage_depths = stage_depths(cfg.curriculum);
   const auto& cur = cfg.curriculum;
   for (size_t k = 0; k < cur.stages.size(); ++k) {
     if (!cur.stage_tokens.empty()) in.stage_tokens.push_back(static_cast<double>(parse_count(cur.stage_tokens[k])));

@@ -111,6 +111,8 @@ std::vector<int64_t> RunData::growth_steps() const {
   int64_t begin = 0;
   for (size_t k = 0; k + 1 < stage_steps.size(); ++k) {
     begin += stage_steps[k];
+    // A joint run's phase boundaries (same depth on both sides) are no growth.
+    if (k + 1 < stage_depths.size() && stage_depths[k + 1] == stage_depths[k]) continue;
     out.push_back(begin);
   }
   return out;
@@ -280,7 +282,7 @@ RunData load_run(const std::string& dir) {
     r.active_layer_tokens = a.active_layer_tokens;
     r.steps_done = a.steps;
   }
-  if (r.stage_steps.empty()) r.stage_depths = r.config.curriculum.stages;  // no run.json: config only
+  if (r.stage_steps.empty()) r.stage_depths = stage_depths(r.config.curriculum);  // no run.json: config only
   return r;
 }
 

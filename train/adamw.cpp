@@ -2,6 +2,7 @@
 #include "train/adamw.h"
 
 #include <cmath>
+#include <set>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
@@ -19,6 +20,17 @@ void AdamW::add(const std::string& name, const at::Tensor& param) {
   slot.exp_avg = at::zeros_like(param, at::MemoryFormat::Contiguous);
   slot.exp_avg_sq = at::zeros_like(param, at::MemoryFormat::Contiguous);
   params_.emplace(name, std::move(slot));
+}
+
+void AdamW::keep_only(const std::vector<std::string>& names) {
+  const std::set<std::string> keep(names.begin(), names.end());
+  for (auto it = params_.begin(); it != params_.end();) it = keep.count(it->first) ? std::next(it) : params_.erase(it);
+}
+
+std::vector<std::string> AdamW::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, s] : params_) out.push_back(name);
+  return out;
 }
 
 void AdamW::step(double lr) {

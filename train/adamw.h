@@ -29,6 +29,13 @@ class AdamW {
   // a parameter without a gradient is skipped, its state untouched.
   void add(const std::string& name, const at::Tensor& param);
 
+  // Drops the state of every parameter not in `names` (a parameter that stopped training: the
+  // freeze control's prefix holds no optimizer state).
+  void keep_only(const std::vector<std::string>& names);
+  // Drops every parameter's state: the next add() starts fresh moments and step counts (a phase
+  // reset under curriculum.phase_policy = "reset").
+  void clear() { params_.clear(); }
+
   void step(double lr);
   void zero_grad();
 
@@ -39,6 +46,8 @@ class AdamW {
   void load_state(const std::map<std::string, at::Tensor>& tensors);
 
   size_t size() const { return params_.size(); }
+  // Registered names, sorted (what state_tensors() covers).
+  std::vector<std::string> names() const;
   bool has(const std::string& name) const { return params_.count(name) > 0; }
 
  private:

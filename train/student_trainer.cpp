@@ -7,6 +7,8 @@
 
 #include <ATen/ATen.h>
 
+#include "config/input_error.h"
+#include "model/student_from_teacher.h"
 #include "train/batch_source.h"
 #include "train/compute_threads.h"
 #include "train/student_group.h"
@@ -30,7 +32,7 @@ Trainer::Trainer(StudentRun& run)
     : run_(run), cfg_(run.cfg), group_(*run.group), leader_(run.group->rank() == 0), device_(run.device) {
   if (!run.batches || !run.group || !run.tokenizer) throw std::invalid_argument("StudentRun: missing parts");
   schedule_ = make_growth_schedule(cfg_);
-  lr_ = make_lr_schedule(cfg_.optim, schedule_, cfg_.curriculum.rewarmup_steps);
+  lr_ = make_lr_schedule(cfg_.optim, schedule_, cfg_.curriculum.rewarmup_steps, reset_each_phase());
   batch_counts_ = {group_.size(), cfg_.parallel.grad_accum, run.batches->eval_batches()};
   loss_options_ = distill_loss_options(cfg_.distill);
   if (!run.teacher) loss_options_.alpha = 0.0;  // pretraining: CE on the labels only
@@ -59,6 +61,12 @@ RunOutcome Trainer::run() {
   } else {
     student_ = std::make_shared<GrowableStudent>(student_spec_from_config(cfg_.student, run_.vocab_size),
                                                  schedule_.depths[0], static_cast<uint64_t>(cfg_.run.seed), device_);
+    if (cfg_.student.init == "teacher") {
+      // Every student rank reads the teacher's files itself; the checksum below proves they agree.
+      if (cfg_.teacher.checkpoint.empty())
+        throw InputError(cfg_.source + ": student.init = \"teacher\" needs teacher.checkpoint");
+      copy_teacher_ends(*student_, cfg_.teacher.checkpoint);
+    }
     register_parameters();
   }
   group_.check_same(student_->parameter_checksum(), "initial student parameters", progress_.steps_done);
@@ -76,7 +84,7 @@ RunOutcome Trainer::run() {
       return RunOutcome::kStopped;
     }
     const int stage = schedule_.stage_of(step);
-    if (student_->depth() < schedule_.depth_at(step)) grow(step, stage);
+    if (schedule_.is_phase_start(step)) begin_phase(step, stage);
 
     // This student's micro-batches of the step, in the order the teacher sends their targets.
     const bool eval_after = is_eval_step(cfg_, schedule_, step);
@@ -97,7 +105,7 @@ RunOutcome Trainer::run() {
     report.loss = losses.loss;
     report.kl = losses.kl;
     report.ce = losses.ce;
-    report.lr = lr_.at(step);
+    report.lr = losses.lr;
     report.tokens_per_s = seconds > 0 ? static_cast<double>(schedule_.tokens_per_step) / seconds : 0;
     const int64_t channel_bytes = run_.teacher ? run_.teacher->channel_bytes() : 0;
     report.channel_bytes_per_s = seconds > 0 ? static_cast<double>(channel_bytes - last_channel_bytes) / seconds : 0;
@@ -145,7 +153,29 @@ void Trainer::register_parameters() {
     o.eps = cfg_.optim.eps;
     optimizer_.emplace(o);
   }
-  for (const auto& item : student_->named_parameters()) optimizer_->add(item.key(), item.value());
+  // Only trainable parameters hold state: a frozen one (the teacher's embedding, a frozen prefix)
+  // has no gradient and no moments, and a parameter that froze drops its moments.
+  std::vector<std::string> trainable;
+  for (const auto& [name, p] : student_->named_trainable_parameters()) {
+    optimizer_->add(name, p);
+    trainable.push_back(name);
+  }
+  optimizer_->keep_only(trainable);
+}
+
+bool Trainer::reset_each_phase() const { return cfg_.curriculum.phase_policy == "reset"; }
+
+// A resumed run passes here too when its checkpoint ends a phase: the reset happens in the resumed
+// process at the same step, so the two runs stay one.
+void Trainer::begin_phase(int64_t step, int stage) {
+  if (student_->depth() < schedule_.depth_at(step)) grow(step, stage);
+  if (!reset_each_phase()) return;
+  // The paper's phase transition: fresh AdamW state (moments and step counts) for every trainable
+  // parameter; the LR schedule restarts by itself (LrSchedule::restart_each_phase).
+  optimizer_->clear();
+  register_parameters();
+  if (leader_ && run_.print_progress)
+    std::cerr << "deepen: step " << step << ": phase " << stage << " starts with fresh optimizer state and LR warmup\n";
 }
 
 void Trainer::grow(int64_t step, int stage) {
@@ -155,15 +185,14 @@ void Trainer::grow(int64_t step, int stage) {
   // New blocks: made on every student from the same seed, then student 0's copy is broadcast so
   // agreement never rests on identical arithmetic alone; the checksum proves it.
   std::vector<at::Tensor> fresh;
-  for (const auto& item : student_->named_parameters()) {
-    if (!optimizer_->has(item.key())) fresh.push_back(item.value());
-  }
+  for (int64_t i = before; i < student_->depth(); ++i)
+    for (const auto& p : student_->block(i)->parameters()) fresh.push_back(p);
   {
     at::NoGradGuard no_grad;
     group_.broadcast_from_first(fresh);
   }
-  register_parameters();
   apply_freeze(stage);
+  register_parameters();
   group_.check_same(student_->parameter_checksum(), "parameters after growth", step);
   if (leader_ && run_.print_progress)
     std::cerr << "deepen: step " << step << ": grew " << before << " -> " << student_->depth() << " blocks ("
@@ -172,7 +201,7 @@ void Trainer::grow(int64_t step, int stage) {
 
 void Trainer::apply_freeze(int stage) {
   const int64_t n = frozen_blocks(cfg_, schedule_, stage);
-  if (n > 0) student_->freeze_prefix(n);
+  if (n > 0) student_->freeze_prefix(n, cfg_.curriculum.freeze_head_and_norm);
 }
 
 Trainer::StepLosses Trainer::train_step(int64_t step, const std::vector<BatchKey>& batches) {
@@ -199,7 +228,8 @@ Trainer::StepLosses Trainer::train_step(int64_t step, const std::vector<BatchKey
   }
   group_.average(grads);
   out.grad_norm = clip_gradients(grads);
-  optimizer_->step(lr_.at(step));
+  out.lr = lr_.at(step);  // recorded as the step's "lr": the value the update used
+  optimizer_->step(out.lr);
   optimizer_->zero_grad();
   const std::vector<double> total = group_.sum({sums[0], sums[1], sums[2], sums[3]});
   out.loss = total[0] / total[3];

@@ -39,11 +39,13 @@ class Trainer {
 
  private:
   struct StepLosses {
-    double loss = 0, kl = 0, ce = 0, grad_norm = 0;
+    double loss = 0, kl = 0, ce = 0, grad_norm = 0, lr = 0;
   };
 
   // student_trainer.cpp: the step loop.
   void register_parameters();
+  bool reset_each_phase() const;                // curriculum.phase_policy = "reset"
+  void begin_phase(int64_t step, int stage);     // grow if the depth increases; reset under "reset"
   void grow(int64_t step, int stage);
   void apply_freeze(int stage);
   StepLosses train_step(int64_t step, const std::vector<BatchKey>& batches);

@@ -68,13 +68,14 @@ void Trainer::restore(const CheckpointStore::Found& found) {
                      ", this config " + std::to_string(resume_hash(cfg_)) +
                      "); resume with the run's own config.toml or use a new run.out_dir");
   student_ = load_student(RunFolder::checkpoint_student(found.dir), device_);
+  progress_ = read_train_progress(found.dir);
+  // Freeze first: only the parameters that train at the saved step hold optimizer state.
+  if (progress_.steps_done > 0) apply_freeze(schedule_.stage_of(progress_.steps_done - 1));
   register_parameters();
   const SafetensorsFile opt = SafetensorsFile::open(RunFolder::checkpoint_optimizer(found.dir));
   std::map<std::string, at::Tensor> state;
   for (const auto& info : opt.tensors()) state[info.name] = file_tensor(opt, info);
   optimizer_->load_state(state);  // copies the CPU file tensors into state on the parameters' device
-  progress_ = read_train_progress(found.dir);
-  if (progress_.steps_done > 0) apply_freeze(schedule_.stage_of(progress_.steps_done - 1));
   if (leader_ && run_.print_progress)
     std::cerr << "deepen: resuming from " << found.dir << " after " << progress_.steps_done << " steps (depth "
               << student_->depth() << ")\n";

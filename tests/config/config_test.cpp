@@ -79,5 +79,42 @@ TEST(Config, CountsTakeSuffixes) {
   EXPECT_THROW(parse_count("1.5"), std::invalid_argument);
 }
 
+TEST(Config, BlockLayersCountStagesInBlocks) {
+  Config cfg = parse_config(kMinimal, "x.toml", {"student.layers=9", "curriculum.block_layers=3"});
+  EXPECT_EQ(cfg.curriculum.stages, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(stage_depths(cfg.curriculum), (std::vector<int64_t>{3, 6, 9}));
+  EXPECT_NE(error_of(kMinimal, {"student.layers=8", "curriculum.block_layers=3"})
+                .find("curriculum.block_layers: must divide student.layers = 8, got 3"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"student.layers=9", "curriculum.block_layers=3", "curriculum.stages=[1, 2]",
+                                "curriculum.stage_steps=[1, 1]"})
+                .find("must end at student.layers / curriculum.block_layers = 9 / 3 = 3 blocks, got 2"),
+            std::string::npos);
+}
+
+TEST(Config, JointRunsMayHavePhasesAtFullDepthOnly) {
+  Config cfg = parse_config(kMinimal, "x.toml", {"curriculum.mode=joint", "curriculum.stages=[3, 3]",
+                                                 "curriculum.stage_steps=[5, 5]", "curriculum.phase_policy=reset"});
+  EXPECT_EQ(cfg.curriculum.stages, (std::vector<int64_t>{3, 3}));
+  EXPECT_NE(error_of(kMinimal, {"curriculum.mode=joint", "curriculum.stages=[2, 3]", "curriculum.stage_steps=[5, 5]"})
+                .find("curriculum.stages: a joint run trains at full depth in every phase"),
+            std::string::npos);
+}
+
+TEST(Config, PhasePolicyAndTeacherInitAreChecked) {
+  EXPECT_NE(error_of(kMinimal, {"curriculum.phase_policy=restart"}).find("curriculum.phase_policy: must be"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"curriculum.phase_policy=reset", "curriculum.rewarmup_steps=10"})
+                .find("curriculum.rewarmup_steps: must be 0 with curriculum.phase_policy = \"reset\""),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"student.init=teacher"}).find("student.tie_embeddings: must be false"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"student.init=copy"}).find("student.init: must be"), std::string::npos);
+  const Config cfg = parse_config(kMinimal, "x.toml", {"student.init=teacher", "student.tie_embeddings=false"});
+  EXPECT_EQ(cfg.student.init, "teacher");
+  EXPECT_TRUE(cfg.curriculum.freeze_head_and_norm);  // the literal reading is the default
+  EXPECT_EQ(cfg.curriculum.phase_policy, "keep");    // today's behaviour is the default
+}
+
 }  // namespace
 }  // namespace deepen

@@ -228,5 +228,47 @@ freeze_prefix = true
   EXPECT_EQ(to_toml(parse_config(to_toml(single), "s.toml")), to_toml(single));
 }
 
+TEST(GrowthSchedule, BlocksOfThreeLayersGiveThePapersDepths) {
+  CurriculumConfig c;
+  c.stages = {1, 2, 3};
+  c.block_layers = 3;
+  c.stage_steps = {5, 5, 5};
+  const GrowthSchedule g = make_growth_schedule(c, 100);
+  EXPECT_EQ(g.depths, (std::vector<int64_t>{3, 6, 9}));
+  EXPECT_TRUE(g.is_growth_step(5));
+  EXPECT_EQ(g.total_active_layer_tokens(), 5 * 100 * (3 + 6 + 9));
+}
+
+TEST(GrowthSchedule, JointPhasesAtFixedDepthStartPhasesWithoutGrowth) {
+  CurriculumConfig c;
+  c.mode = "joint";
+  c.stages = {3, 3};
+  c.block_layers = 3;
+  c.stage_steps = {4, 4};
+  const GrowthSchedule g = make_growth_schedule(c, 100);
+  EXPECT_EQ(g.depths, (std::vector<int64_t>{9, 9}));
+  EXPECT_TRUE(g.is_phase_start(4));
+  EXPECT_FALSE(g.is_growth_step(4));
+  EXPECT_FALSE(g.is_phase_start(3));
+  EXPECT_TRUE(g.is_stage_end(3));
+  EXPECT_EQ(g.total_active_layer_tokens(), 8 * 100 * 9);
+}
+
+TEST(GrowthSchedule, SingleBlockControlOfBlocksIsOneBlockOfLayers) {
+  const Config grow = parse_config(R"(
+[student]
+layers = 9
+[curriculum]
+mode = "grow"
+block_layers = 3
+stage_steps = [50000, 50000, 50000]
+phase_policy = "reset"
+)", "g.toml");
+  const Config single = single_block_control(grow);
+  EXPECT_EQ(single.student.layers, 3);
+  EXPECT_EQ(single.curriculum.stages, (std::vector<int64_t>{1}));
+  EXPECT_EQ(make_growth_schedule(single).depths, (std::vector<int64_t>{3}));
+}
+
 }  // namespace
 }  // namespace deepen

@@ -87,5 +87,35 @@ TEST(LrSchedule, FromConfigFollowsTheGrowthSchedule) {
   EXPECT_NEAR(s.at(50), s.at(11), 1e-18);
 }
 
+TEST(LrSchedule, ResetPolicyRestartsWarmupAndCosineInEveryPhase) {
+  LrSchedule s = example();
+  s.warmup_steps = 1;
+  s.total_steps = 8;
+  s.restart_each_phase = true;
+  s.phase_begin = {0, 4};
+  expect_near(values(s), {1.0, 1.0, 0.55, 0.1, 1.0, 1.0, 0.55, 0.1});
+  s.warmup_steps = 2;
+  expect_near(values(s), {0.5, 1.0, 1.0, 0.1, 0.5, 1.0, 1.0, 0.1});
+}
+
+TEST(LrSchedule, ResetPolicyFromConfigGivesEachPhaseItsOwnSchedule) {
+  CurriculumConfig cur;
+  cur.stages = {1, 2, 3};
+  cur.stage_steps = {3, 5, 4};
+  const GrowthSchedule g = make_growth_schedule(cur, 1024);
+  OptimConfig o;
+  o.lr = 1e-4;
+  o.min_lr_ratio = 0.01;  // the paper: 1e-4 -> 1e-6
+  o.warmup_steps = 1;
+  const LrSchedule s = make_lr_schedule(o, g, 0, /*restart_each_phase=*/true);
+  // Each phase starts at the peak after its one warmup step and ends at exactly 1e-6.
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_DOUBLE_EQ(s.at(g.first_step(k)), 1e-4) << "phase " << k;
+    EXPECT_NEAR(s.at(g.last_step(k)), 1e-6, 1e-18) << "phase " << k;
+  }
+  // Phase 1 (steps 3..7, W = 1): progress (local - 1) / 3; step 5 (local 2) is 1e-6 + (1e-4 - 1e-6)·½(1 + cos(π/3)).
+  EXPECT_NEAR(s.at(5), 1e-6 + (1e-4 - 1e-6) * 0.75, 1e-18);
+}
+
 }  // namespace
 }  // namespace deepen

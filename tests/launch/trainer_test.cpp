@@ -15,6 +15,8 @@
 #include "data/tokenizer.h"
 #include "launch/student_job.h"
 #include "model/student.h"
+#include "model/safetensors.h"
+#include "model/tensor_bridge.h"
 #include "model/student_io.h"
 #include "run_folder/active_layer_tokens.h"
 #include "run_folder/run_records.h"
@@ -266,6 +268,190 @@ TEST(Trainer, TeacherWithAnotherVocabularyIsRejected) {
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("config.json: vocab_size"), std::string::npos) << e.what();
+  }
+}
+
+// A teacher for student.init = "teacher" runs: TinyWorld's (tied, unit final norm) with its final
+// norm gains moved off 1, so "the boundary norm starts at the teacher's" cannot pass by chance.
+std::string teacher_with_scaled_norm(const TinyWorld& world) {
+  auto teacher = load_student_hf(world.teacher_dir());
+  {
+    at::NoGradGuard no_grad;
+    teacher->named_parameters()["norm.weight"].copy_(at::linspace(0.5, 1.5, teacher->spec().decoder.hidden));
+  }
+  const std::string dir = world.dir("teacher_scaled").string();
+  export_student_hf(*teacher, dir);
+  return dir;
+}
+
+std::vector<std::string> paper_student_sets(const std::string& teacher, const std::string& norm) {
+  return {"student.init=teacher", "student.tie_embeddings=false", "student.norm=" + norm,
+          "teacher.checkpoint=\"" + teacher + "\""};
+}
+
+TEST(Trainer, TeacherInitKeepsTheTeachersEmbeddingAndTrainsHeadAndBoundaryNorm) {
+  TinyWorld world;
+  const std::string teacher_dir = teacher_with_scaled_norm(world);
+  const auto teacher = load_student_hf(teacher_dir);
+  auto tp = teacher->named_parameters();
+  for (const std::string norm : {"pre", "post"}) {
+    const std::string name = "paper-" + norm;
+    ASSERT_EQ(run_train_job(world.config(name, paper_student_sets(teacher_dir, norm)), quiet()), kExitOk);
+    auto last = load_student((world.dir(name) / "final" / "student.safetensors").string());
+    auto lp = last->named_parameters();
+    const std::string boundary = norm == "pre" ? "norm.weight" : "entry_norm.weight";
+    // Frozen: the embedding is the teacher's bit for bit after 9 steps of training.
+    EXPECT_TRUE(torch::equal(lp["embed_tokens.weight"], tp["embed_tokens.weight"])) << norm;
+    // Trained: the head (copied from the tied teacher's embedding) and the boundary norm moved.
+    EXPECT_FALSE(torch::equal(lp["lm_head.weight"], tp["embed_tokens.weight"])) << norm;
+    EXPECT_FALSE(torch::equal(lp[boundary], tp["norm.weight"])) << norm;
+    // ... but started there: after 9 steps at lr <= 3e-3 each gain moved by at most 9 · 3e-3 ·
+    // (1 + weight-decay term) (an Adam step is at most ~lr per coordinate), far below the 0.5..1.5 spread.
+    EXPECT_LT((lp[boundary] - tp["norm.weight"]).abs().max().item<double>(), 9 * 3e-3 * 1.5) << norm;
+    // The frozen embedding holds no optimizer state in any checkpoint.
+    for (const auto& entry : fs::directory_iterator(world.dir(name) / "checkpoints")) {
+      const auto opt = SafetensorsFile::open((entry.path() / "optimizer.safetensors").string());
+      EXPECT_EQ(opt.find("embed_tokens.weight.exp_avg"), nullptr) << entry.path();
+      EXPECT_NE(opt.find("lm_head.weight.exp_avg"), nullptr) << entry.path();
+    }
+  }
+}
+
+TEST(Trainer, TeacherInitWithAnotherWidthFailsNamingBothWidths) {
+  TinyWorld world;
+  std::vector<std::string> sets = paper_student_sets(world.teacher_dir(), "pre");
+  sets.push_back("student.hidden=48");
+  try {
+    run_train_job(world.config("wide", sets), quiet());
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("student.hidden = 48"), std::string::npos) << what;
+    EXPECT_NE(what.find("hidden_size = 32"), std::string::npos) << what;
+  }
+}
+
+// The optimizer state a checkpoint holds, by name.
+std::map<std::string, at::Tensor> optimizer_state(const fs::path& run, int64_t last_step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(last_step));
+  const auto file = SafetensorsFile::open((run / "checkpoints" / name / "optimizer.safetensors").string());
+  std::map<std::string, at::Tensor> out;
+  for (const auto& info : file.tensors()) out[info.name] = file_tensor(file, info).clone();
+  return out;
+}
+
+// Phases of 4 steps (1, 2, 3 blocks), warmup 2, lr 3e-3 -> 3e-4 in every phase under "reset".
+std::vector<std::string> reset_sets(std::vector<std::string> more = {}) {
+  std::vector<std::string> sets = {"curriculum.phase_policy=reset", "curriculum.stage_steps=[4, 4, 4]",
+                                   "optim.min_lr_ratio=0.1"};
+  sets.insert(sets.end(), more.begin(), more.end());
+  return sets;
+}
+
+TEST(Trainer, ResetPolicyStartsEveryPhaseWithFreshAdamStateAndAFreshWarmup) {
+  TinyWorld world;
+  const fs::path run = world.dir("reset");
+  JobOptions stop = quiet();
+  stop.stop_after_steps = 5;  // the checkpoint after step 4, the first step of phase 1
+  ASSERT_EQ(run_train_job(world.config("reset", reset_sets()), stop), kExitRequeue);
+  // One AdamW update from zero moments leaves exp_avg = (1 − β1)·g and exp_avg_sq = (1 − β2)·g²,
+  // so exp_avg_sq = (1 − β2)/(1 − β1)² · exp_avg² = 5 · exp_avg² element for element, and step = 1,
+  // for every parameter: the old blocks' moments were zero when phase 1 began, not carried. fp32
+  // rounding of the two products and a square is a few ulp (< 1e-6 relative); 1e-5 is that bound
+  // with margin. Carried moments (step 5) would break it by O(1).
+  const auto state = optimizer_state(run, 4);
+  int checked = 0;
+  for (const auto& [key, t] : state) {
+    if (key.size() < 5 || key.substr(key.size() - 5) != ".step") continue;
+    const std::string param = key.substr(0, key.size() - 5);
+    EXPECT_EQ(t.item<int64_t>(), 1) << param;
+    const at::Tensor m = state.at(param + ".exp_avg"), v = state.at(param + ".exp_avg_sq");
+    const at::Tensor want = 5 * m * m;
+    EXPECT_LE(((v - want).abs() - 1e-5 * want).max().item<double>(), 1e-30) << param;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2 + 2 * 11);  // embedding, final norm and two blocks of 11 tensors each
+  // Under "keep" the same point carries phase 0's moments: step counts 5 for block 0.
+  ASSERT_EQ(run_train_job(world.config("keep", {"curriculum.stage_steps=[4, 4, 4]", "optim.min_lr_ratio=0.1"}), stop),
+            kExitRequeue);
+  EXPECT_EQ(optimizer_state(world.dir("keep"), 4).at("layers.0.mlp.up_proj.weight.step").item<int64_t>(), 5);
+
+  // The LR the trainer applied (metrics.jsonl "lr" is the value passed to the update) restarts
+  // its warmup and cosine in every phase: W = 2, 4 steps -> 1.5e-3, 3e-3, 3e-3, 3e-4.
+  ASSERT_EQ(run_train_job(world.config("reset", reset_sets()), quiet()), kExitOk);
+  const auto m = records(run, "metrics.jsonl");
+  ASSERT_EQ(m.size(), 12u);
+  const double want[4] = {1.5e-3, 3e-3, 3e-3, 3e-4};
+  for (size_t i = 0; i < m.size(); ++i) EXPECT_DOUBLE_EQ(m[i]["lr"].get<double>(), want[i % 4]) << "step " << i;
+}
+
+TEST(Trainer, ResumeAcrossAPhaseResetContinuesTheUninterruptedCurve) {
+  TinyWorld world;
+  ASSERT_EQ(run_train_job(world.config("whole", reset_sets()), quiet()), kExitOk);
+  JobOptions stop = quiet();
+  stop.stop_after_steps = 4;  // checkpoint at the end of phase 0: the resumed process does the reset
+  ASSERT_EQ(run_train_job(world.config("split", reset_sets()), stop), kExitRequeue);
+  stop.stop_after_steps = 6;  // and once inside phase 1, after the reset
+  ASSERT_EQ(run_train_job(world.config("split", reset_sets()), stop), kExitRequeue);
+  ASSERT_EQ(run_train_job(world.config("split", reset_sets()), quiet()), kExitOk);
+  // Same operations on the same values in the same order (one thread, CPU): equal bit for bit.
+  const auto a = records(world.dir("whole"), "metrics.jsonl");
+  const auto b = records(world.dir("split"), "metrics.jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    for (const char* key : {"loss", "kl", "ce", "grad_norm", "lr"})
+      EXPECT_EQ(a[i][key].get<double>(), b[i][key].get<double>()) << key << " at step " << i;
+}
+
+TEST(Trainer, JointPhasesAtFixedDepthRestartTheLrWithoutGrowing) {
+  TinyWorld world;
+  const Config cfg = world.config("joint-long", {"curriculum.mode=joint", "curriculum.stages=[3, 3]",
+                                                 "curriculum.stage_steps=[4, 4]", "curriculum.phase_policy=reset",
+                                                 "optim.min_lr_ratio=0.1"});
+  ASSERT_EQ(run_train_job(cfg, quiet()), kExitOk);
+  const auto m = records(world.dir("joint-long"), "metrics.jsonl");
+  ASSERT_EQ(m.size(), 8u);
+  const double want[4] = {1.5e-3, 3e-3, 3e-3, 3e-4};
+  for (size_t i = 0; i < m.size(); ++i) {
+    EXPECT_EQ(m[i]["depth"].get<int64_t>(), 3);
+    EXPECT_EQ(m[i]["stage"].get<int64_t>(), static_cast<int64_t>(i / 4));
+    EXPECT_DOUBLE_EQ(m[i]["lr"].get<double>(), want[i % 4]) << "step " << i;
+  }
+}
+
+TEST(Trainer, FreezeControlAsPublishedTrainsOnlyTheNewBlockAndKeepsNoStateForTheRest) {
+  TinyWorld world;
+  const std::string teacher_dir = teacher_with_scaled_norm(world);
+  for (const bool ends : {true, false}) {
+    const std::string name = ends ? "freeze-ends" : "freeze-blocks";
+    std::vector<std::string> sets = paper_student_sets(teacher_dir, "post");
+    sets.push_back("curriculum.freeze_prefix=true");
+    sets.push_back(std::string("curriculum.freeze_head_and_norm=") + (ends ? "true" : "false"));
+    ASSERT_EQ(run_train_job(world.config(name, reset_sets(sets)), quiet()), kExitOk);
+    const fs::path run = world.dir(name);
+    // Checkpoints after step 3 (end of phase 0) and 7 (end of phase 1) vs the final student.
+    auto p0 = load_student((run / "checkpoints" / "step_00000003" / "student.safetensors").string())->named_parameters();
+    auto p1 = load_student((run / "checkpoints" / "step_00000007" / "student.safetensors").string())->named_parameters();
+    auto last = load_student((run / "final" / "student.safetensors").string())->named_parameters();
+    const auto state = optimizer_state(run, 11);  // phase 2: only block 2 (and the ends, if they train)
+    for (const auto& item : last) {
+      const std::string& n = item.key();
+      const bool block0 = n.rfind("layers.0.", 0) == 0, block1 = n.rfind("layers.1.", 0) == 0;
+      const bool end = n == "lm_head.weight" || n == "entry_norm.weight";
+      if (block0) EXPECT_TRUE(torch::equal(p0[n], item.value())) << name << ": " << n << " changed while frozen";
+      if (block1) EXPECT_TRUE(torch::equal(p1[n], item.value())) << name << ": " << n << " changed while frozen";
+      if (end && ends) EXPECT_TRUE(torch::equal(p0[n], item.value())) << name << ": " << n << " changed while frozen";
+      if (end && !ends) EXPECT_FALSE(torch::equal(p1[n], item.value())) << name << ": " << n << " did not train";
+      if (n == "embed_tokens.weight") EXPECT_TRUE(torch::equal(p0[n], item.value()));
+      const bool trains = n.rfind("layers.2.", 0) == 0 || (end && !ends);
+      EXPECT_EQ(state.count(n + ".exp_avg"), trains ? 1u : 0u) << name << ": " << n;
+    }
+    // The new block does train in each phase.
+    auto p5 = load_student((run / "checkpoints" / "step_00000005" / "student.safetensors").string())->named_parameters();
+    auto p9 = load_student((run / "checkpoints" / "step_00000009" / "student.safetensors").string())->named_parameters();
+    EXPECT_FALSE(torch::equal(p5["layers.1.mlp.up_proj.weight"], p1["layers.1.mlp.up_proj.weight"]));
+    EXPECT_FALSE(torch::equal(p9["layers.2.mlp.up_proj.weight"], last["layers.2.mlp.up_proj.weight"]));
   }
 }
 
