@@ -455,5 +455,32 @@ TEST(Trainer, FreezeControlAsPublishedTrainsOnlyTheNewBlockAndKeepsNoStateForThe
   }
 }
 
+// Table 2 of the paper (single block) read from the grow runs: under phase_policy = "reset" a grow
+// run's phase 0 is the single-block control (same one-block student, seed, batches, and a whole
+// warmup + cosine within the phase), so its records equal the stand-alone run's bit for bit.
+TEST(Trainer, UnderResetTheGrowRunsPhaseZeroIsTheSingleBlockControl) {
+  TinyWorld world;
+  const Config grow = world.config("grow", reset_sets());
+  Config single = single_block_control(grow);
+  single.run.out_dir = world.dir("single").string();
+  ASSERT_EQ(run_train_job(grow, quiet()), kExitOk);
+  ASSERT_EQ(run_train_job(single, quiet()), kExitOk);
+  const auto g = records(world.dir("grow"), "metrics.jsonl");
+  const auto s = records(world.dir("single"), "metrics.jsonl");
+  ASSERT_EQ(s.size(), 4u);
+  for (size_t i = 0; i < s.size(); ++i)
+    for (const char* key : {"loss", "kl", "ce", "grad_norm", "lr"})
+      EXPECT_EQ(g[i][key].get<double>(), s[i][key].get<double>()) << key << " at step " << i;
+  const auto ge = records(world.dir("grow"), "eval.jsonl");
+  const auto se = records(world.dir("single"), "eval.jsonl");
+  ASSERT_FALSE(se.empty());
+  EXPECT_EQ(ge[0]["step"], se.back()["step"]);
+  EXPECT_EQ(ge[0]["val_ce"].get<double>(), se.back()["val_ce"].get<double>());
+  // Under "keep" the grow run's one cosine spans all 12 steps, so its phase 0 is not the control.
+  const Config keep = world.config("keep", {"curriculum.stage_steps=[4, 4, 4]", "optim.min_lr_ratio=0.1"});
+  ASSERT_EQ(run_train_job(keep, quiet()), kExitOk);
+  EXPECT_NE(records(world.dir("keep"), "metrics.jsonl")[3]["lr"].get<double>(), s[3]["lr"].get<double>());
+}
+
 }  // namespace
 }  // namespace deepen
