@@ -13,6 +13,8 @@ Cases:
   layout-1x3+1     3-stage pipeline, one student: bit-identical to the single process
   topk             top-k channel == single-process top-k; channel bytes/token = k*(4+4) + header
   resume           a distributed run stopped after 5 steps (exit 3) and rerun == uninterrupted
+  paper            the paper's protocol (student.init = teacher, phase_policy = reset, post-norm with
+                   its entry norm): 1 pipeline x 2 stages + 2 students == single process
   desync           a student given the wrong batch: non-zero exit naming the step and ranks
 """
 import argparse
@@ -126,7 +128,7 @@ class Cases:
             cmd = ["mpirun", "-np", str(ranks)] + cmd
         return run(cmd, env=dict(MPI_ENV, **(env or {})), check=check)
 
-    def compare(self, a, b, tol, what):
+    def compare(self, a, b, tol, what, spread_stats=True):
         ma, mb = records(a, "metrics.jsonl"), records(b, "metrics.jsonl")
         assert len(ma) == len(mb) == 9, (len(ma), len(mb))
         worst = 0.0
@@ -153,7 +155,8 @@ class Cases:
             for bx, by in zip(x["block_rms"], y["block_rms"]):
                 for part in ("document_boundary", "regular"):
                     assert bx[part]["count"] == by[part]["count"], (x["step"], part)
-                    pairs += [(f"block_rms {part} {k}", bx[part][k], by[part][k]) for k in ("mean", "std", "kurtosis")]
+                    stats = ("mean", "std", "kurtosis") if spread_stats else ("mean",)
+                    pairs += [(f"block_rms {part} {k}", bx[part][k], by[part][k]) for k in stats]
             if "block_removal" in x:
                 rx, ry = x["block_removal"], y["block_removal"]
                 pairs.append(("full_ce", rx["full_ce"], ry["full_ce"]))
@@ -225,6 +228,23 @@ class Cases:
         run(cmd, env=MPI_ENV)
         self.compare(whole, split, 1e-6, "distributed resume after a stop at step 5")
 
+    def paper(self):
+        # The teacher is 48 wide: init = "teacher" needs the student at the teacher's width.
+        sets = ["student.init=teacher", "student.tie_embeddings=false", "student.hidden=48", "student.head_dim=12",
+                "student.norm=post", "curriculum.phase_policy=reset",
+                "parallel.teacher_pipelines=1", "parallel.teacher_stages=2", "parallel.students=2"]
+        single = os.path.join(self.work, "single-paper")
+        dist = os.path.join(self.work, "dist-paper")
+        self.train(single, sets)
+        self.train(dist, sets, ranks=4)
+        # Two students average their gradients in another order than one process accumulating
+        # both: the layout cases' 1e-5 bound applies.
+        # Post-norm with an entry norm makes every token's RMS at a block boundary nearly the same
+        # (std ~2e-4 of the mean at step 2): the std and kurtosis of so tight a distribution carry
+        # cancellation error of order tol·mean/std, far above tol. Losses, evals, the RMS means and
+        # block removal are compared at 1e-5; the spread statistics are not.
+        self.compare(single, dist, 1e-5, "paper protocol (init=teacher, reset)", spread_stats=False)
+
     def desync(self):
         sets = ["parallel.teacher_stages=2", "parallel.students=2"]
         p = self.train(os.path.join(self.work, "dist-desync"), sets, ranks=4, check=False,
@@ -243,7 +263,7 @@ def main():
     a = ap.parse_args()
     c = Cases(a.deepen, a.work)
     cases = {"setup": c.setup, "layout-1x2+2": lambda: c.layout(1, 2, 2), "layout-2x1+4": lambda: c.layout(2, 1, 4),
-             "layout-1x3+1": lambda: c.layout(1, 3, 1), "topk": c.topk, "resume": c.resume, "desync": c.desync}
+             "layout-1x3+1": lambda: c.layout(1, 3, 1), "topk": c.topk, "resume": c.resume, "paper": c.paper, "desync": c.desync}
     cases[a.case]()
 
 
