@@ -209,7 +209,7 @@ class SplitWriter {
       ids = ids.subspan(take);
       tokens_ += int64_t(take);
     }
-    current_->add_documents(1);
+    current_->end_document();  // the document index: documents mode reads them back without re-tokenizing
     ++docs_;
   }
   void finish() {

@@ -36,7 +36,9 @@ struct PrepSummary {
 // cfg.parquet_text_column, streamed a row group at a time (data/parquet_source.h); any other file is
 // one document), tokenizes them with cfg.tokenizer on opts.threads threads, appends the tokenizer's
 // EOS after each document, and writes shards of cfg.shard_tokens tokens to cfg.train/train-NNNNN.bin
-// and cfg.valid/valid-NNNNN.bin. Empty documents (and null parquet texts) are left out.
+// and cfg.valid/valid-NNNNN.bin, each with its document index (data/token_shards.h: where every
+// document ends, so data.packing = "documents" reads documents back without re-tokenizing).
+// Empty documents (and null parquet texts) are left out.
 //
 // A document goes to the validation split when is_validation_document() says so for its id (the
 // JSONL field or parquet column cfg.id_field, where the record has one) or else for its text: the

@@ -116,6 +116,14 @@ void ShardWriter::append(std::span<const int32_t> ids) {
   header_.token_count += ids.size();
 }
 
+void ShardWriter::end_document() {
+  if (finished_) throw std::logic_error(path_ + ": end_document after finish");
+  if (!doc_ends_.empty() && doc_ends_.back() == header_.token_count)
+    throw std::logic_error(path_ + ": empty document at token " + std::to_string(header_.token_count));
+  doc_ends_.push_back(header_.token_count);
+  header_.doc_count = doc_ends_.size();
+}
+
 void ShardWriter::flush_block() {
   if (block_.empty()) return;
   header_.payload_hash = chain_block(header_.payload_hash, block_.data(), block_.size(), blocks_++);
@@ -126,6 +134,14 @@ void ShardWriter::flush_block() {
 void ShardWriter::finish() {
   if (finished_) return;
   flush_block();
+  // The document index follows the tokens, hashed as further blocks of the same chain.
+  std::vector<unsigned char> index(doc_ends_.size() * 8);
+  for (size_t j = 0; j < doc_ends_.size(); ++j) put64(index.data() + 8 * j, doc_ends_[j]);
+  for (size_t off = 0; off < index.size(); off += kBlockBytes) {
+    const size_t n = std::min(kBlockBytes, index.size() - off);
+    header_.payload_hash = chain_block(header_.payload_hash, index.data() + off, n, blocks_++);
+  }
+  write_all(fd_, index.data(), index.size(), tmp_path_);
   unsigned char hdr[kShardHeaderBytes];
   encode_header(header_, hdr);
   if (::pwrite(fd_, hdr, sizeof hdr, 0) != ssize_t(sizeof hdr))
@@ -146,10 +162,18 @@ void ShardWriter::commit() {
 }
 
 void write_shard(const std::string& path, std::span<const int32_t> tokens, uint64_t vocab_size,
-                 uint64_t tokenizer_fingerprint, uint64_t doc_count) {
+                 uint64_t tokenizer_fingerprint, std::span<const uint64_t> doc_ends) {
   ShardWriter w(path, vocab_size, tokenizer_fingerprint);
-  w.append(tokens);
-  w.add_documents(doc_count);
+  uint64_t at = 0;
+  for (const uint64_t end : doc_ends) {
+    if (end <= at || end > tokens.size())
+      throw std::invalid_argument(path + ": document end " + std::to_string(end) + " not in (" + std::to_string(at) +
+                                  ", " + std::to_string(tokens.size()) + "]");
+    w.append(tokens.subspan(at, end - at));
+    w.end_document();
+    at = end;
+  }
+  w.append(tokens.subspan(at));
   w.commit();
 }
 
@@ -192,8 +216,8 @@ Shard Shard::open(const std::string& path) {
     throw InputError(path + ": not a token shard (wrong magic; expected a file written by `deepen prep`)");
   ShardHeader& h = state->header;
   h.version = get32(p + 8);
-  if (h.version != kShardVersion)
-    throw InputError(path + ": shard format version " + std::to_string(h.version) + ", this deepen reads version " +
+  if (h.version < 1 || h.version > kShardVersion)
+    throw InputError(path + ": shard format version " + std::to_string(h.version) + ", this deepen reads versions 1 to " +
                      std::to_string(kShardVersion) + " (re-run `deepen prep`)");
   if (get32(p + 60) != uint32_t(hash64(p, 60)))
     throw InputError(path + ": corrupted shard header (its check value does not match)");
@@ -209,11 +233,29 @@ Shard Shard::open(const std::string& path) {
   if (h.token_bytes != token_bytes_for_vocab(h.vocab_size))
     throw InputError(path + ": " + std::to_string(h.token_bytes) + " bytes per token does not fit vocab size " +
                      std::to_string(h.vocab_size));
-  const uint64_t want = kShardHeaderBytes + h.token_count * h.token_bytes;
-  if (h.token_count > (uint64_t(1) << 48) || size != want)
+  const uint64_t index_bytes = h.has_document_index() ? h.doc_count * 8 : 0;
+  const uint64_t want = kShardHeaderBytes + h.token_count * h.token_bytes + index_bytes;
+  if (h.token_count > (uint64_t(1) << 48) || h.doc_count > (uint64_t(1) << 48) || size != want)
     throw InputError(path + ": " + (size < want ? "truncated" : "trailing bytes") + ": " + std::to_string(size) +
-                     " bytes, the header says " + std::to_string(h.token_count) + " tokens (" + std::to_string(want) +
-                     " bytes)");
+                     " bytes, the header says " + std::to_string(h.token_count) + " tokens" +
+                     (index_bytes ? " and " + std::to_string(h.doc_count) + " documents" : std::string()) + " (" +
+                     std::to_string(want) + " bytes)");
+  if (h.has_document_index()) {
+    // Ends strictly increasing within (0, token_count]: a document is never empty or outside the shard.
+    const unsigned char* index = p + kShardHeaderBytes + h.token_count * h.token_bytes;
+    uint64_t previous = 0;
+    for (uint64_t j = 0; j < h.doc_count; ++j) {
+      const uint64_t end = get64(index + 8 * j);
+      if (end <= previous) {
+        throw InputError(path + ": corrupted document index: document " + std::to_string(j) + " ends at " +
+                         std::to_string(end) + ", not after " + std::to_string(previous));
+      }
+      if (end > h.token_count)
+        throw InputError(path + ": corrupted document index: document " + std::to_string(j) + " ends at " +
+                         std::to_string(end) + ", past the shard's " + std::to_string(h.token_count) + " tokens");
+      previous = end;
+    }
+  }
   if (h.token_count > 0 && h.max_id >= h.vocab_size)
     throw InputError(path + ": token id " + std::to_string(h.max_id) + " >= vocab size " + std::to_string(h.vocab_size));
   return Shard(std::move(state));
@@ -221,6 +263,14 @@ Shard Shard::open(const std::string& path) {
 
 const ShardHeader& Shard::header() const { return state_->header; }
 const std::string& Shard::path() const { return state_->path; }
+
+int64_t Shard::document_end(int64_t j) const {
+  const ShardHeader& h = state_->header;
+  if (!h.has_document_index() || j < 0 || uint64_t(j) >= h.doc_count)
+    throw std::out_of_range(state_->path + ": document " + std::to_string(j) + " of " + std::to_string(h.doc_count) +
+                            (h.has_document_index() ? "" : " (no document index)"));
+  return int64_t(get64(state_->map + kShardHeaderBytes + h.token_count * h.token_bytes + 8 * uint64_t(j)));
+}
 
 namespace {
 
@@ -271,6 +321,9 @@ void Shard::verify() const {
   uint64_t hash = 0, index = 0;
   for (size_t off = 0; off < n; off += kBlockBytes)
     hash = chain_block(hash, p + off, std::min(kBlockBytes, n - off), index++);
+  const size_t docs = h.has_document_index() ? size_t(h.doc_count) * 8 : 0;
+  for (size_t off = 0; off < docs; off += kBlockBytes)
+    hash = chain_block(hash, p + n + off, std::min(kBlockBytes, docs - off), index++);
   if (hash != h.payload_hash) throw InputError(state_->path + ": payload hash mismatch (corrupted tokens)");
   std::vector<int32_t> buf(1 << 16);
   for (int64_t at = 0; at < size(); at += int64_t(buf.size())) read(at, std::min<int64_t>(int64_t(buf.size()), size() - at), buf.data());
@@ -331,6 +384,8 @@ ShardSet ShardSet::open(const std::string& path, int64_t window, uint64_t expect
     set.shards_.push_back(std::move(shard));
   }
   set.vocab_ = set.shards_.front().header().vocab_size;
+  set.doc_offsets_.push_back(0);
+  for (const Shard& s : set.shards_) set.doc_offsets_.push_back(set.doc_offsets_.back() + int64_t(s.header().doc_count));
   if (set.tokens() == 0)
     throw InputError(path + ": empty dataset: " + std::to_string(files.size()) + " shard file(s) hold 0 tokens");
   set.sequences_ = (set.tokens() - 1) / (window - 1);
@@ -340,10 +395,33 @@ ShardSet ShardSet::open(const std::string& path, int64_t window, uint64_t expect
   return set;
 }
 
-int64_t ShardSet::documents() const {
-  int64_t n = 0;
-  for (const Shard& s : shards_) n += int64_t(s.header().doc_count);
-  return n;
+int64_t ShardSet::documents() const { return doc_offsets_.empty() ? 0 : doc_offsets_.back(); }
+
+bool ShardSet::has_document_index() const {
+  for (const Shard& s : shards_)
+    if (!s.header().has_document_index()) return false;
+  return true;
+}
+
+void ShardSet::require_document_index(const std::string& why) const {
+  for (const Shard& s : shards_)
+    if (!s.header().has_document_index())
+      throw InputError(s.path() + ": shard format version " + std::to_string(s.header().version) +
+                       " has no document index, which " + why +
+                       " needs; re-run `deepen prep` (--overwrite) to rewrite the shards");
+}
+
+int64_t ShardSet::document_end(int64_t i) const {
+  // Shard k holds the ends of documents [doc_offsets_[k], doc_offsets_[k + 1]).
+  const size_t k = size_t(std::upper_bound(doc_offsets_.begin(), doc_offsets_.end(), i) - doc_offsets_.begin()) - 1;
+  return offsets_[k] + shards_[k].document_end(i - doc_offsets_[k]);
+}
+
+ShardSet::DocumentSpan ShardSet::document(int64_t i) const {
+  if (i < 0 || i >= documents())
+    throw std::out_of_range("document " + std::to_string(i) + " of " + std::to_string(documents()));
+  const int64_t begin = i == 0 ? 0 : document_end(i - 1);
+  return {begin, document_end(i) - begin};
 }
 
 template <class T>

@@ -91,6 +91,45 @@ TEST_F(PrepTest, ShardsHoldTheTokenizersIdsWithEosBetweenDocumentsSplitByHash) {
   EXPECT_NE(sum.line().find("documents"), std::string::npos);
 }
 
+TEST_F(PrepTest, DocumentIndexGivesBackEachDocumentsTokensAcrossShardBoundaries) {
+  // Documents of ~1,000-4,000 byte tokens in 5,000-token shards: many span two shards.
+  make_corpus(60);
+  const DataConfig cfg = config();
+  const PrepSummary sum = run_prep(cfg, quiet());
+  const auto tok = make_tokenizer("bytes");
+  std::vector<std::vector<int32_t>> want;  // train documents in prep's order (sorted paths), EOS included
+  std::vector<fs::path> files;
+  for (const auto& e : fs::recursive_directory_iterator(root_ / "src"))
+    if (e.is_regular_file() && e.path().filename() != "blob.dat") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  auto add = [&](const std::string& text, const std::string& key) {
+    if (is_validation_document(key, cfg.valid_fraction)) return;
+    want.push_back(tok->encode(text));
+    want.back().push_back(tok->eos_id());
+  };
+  for (const fs::path& f : files) {
+    if (f.extension() != ".jsonl") {
+      add(slurp(f), slurp(f));
+      continue;
+    }
+    for (int i = 0; i < 40; ++i) add("record " + std::to_string(i) + " \u00e9t\u00e9 \n ok", std::to_string(i));
+  }
+  const ShardSet set = ShardSet::open(cfg.train, 2, 0, 0);
+  ASSERT_TRUE(set.has_document_index());
+  ASSERT_EQ(set.documents(), sum.train_docs);
+  ASSERT_GT(set.shards().size(), 2u);
+  int64_t spanning = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const ShardSet::DocumentSpan d = set.document(int64_t(i));
+    std::vector<int32_t> got(size_t(d.tokens));
+    set.read(d.begin, d.tokens, got.data());
+    ASSERT_EQ(got, want[i]) << "document " << i;
+    spanning += d.begin / cfg.shard_tokens != (d.begin + d.tokens - 1) / cfg.shard_tokens;
+  }
+  EXPECT_GT(spanning, 0) << "no document spans two shards: the test lost its point";
+  for (const Shard& s : set.shards()) EXPECT_NO_THROW(s.verify());
+}
+
 TEST_F(PrepTest, OutputIsByteIdenticalForAnyThreadCount) {
   make_corpus(300);
   DataConfig cfg = config("qwen3:" + std::string(test::kSourceDir) + "/../shared/qwen3/tokenizer.json");

@@ -48,6 +48,17 @@ class ShardTest : public ::testing::Test {
     put(60, uint32_t(hash64(h.data(), 60)), 4);
     return h + payload;
   }
+  // A version-2 header for `count` 2-byte tokens and the given document ends (index appended).
+  static std::string raw_v2(const std::string& tokens, const std::vector<uint64_t>& ends) {
+    std::string h = raw_shard(2, 2, 259, tokens.size() / 2, 5, "");
+    auto put = [&](size_t at, uint64_t v, int n) { for (int i = 0; i < n; ++i) h[at + size_t(i)] = char(v >> (8 * i)); };
+    put(32, ends.size(), 8);
+    put(60, uint32_t(hash64(h.data(), 60)), 4);
+    std::string index(ends.size() * 8, '\0');
+    for (size_t j = 0; j < ends.size(); ++j)
+      for (int i = 0; i < 8; ++i) index[8 * j + size_t(i)] = char(ends[j] >> (8 * i));
+    return h + tokens + index;
+  }
   void write_raw(const std::string& name, const std::string& bytes) { std::ofstream(path(name), std::ios::binary) << bytes; }
 
   fs::path dir_;
@@ -63,10 +74,13 @@ TEST_F(ShardTest, RoundTripsBothTokenWidths) {
   for (uint64_t vocab : {uint64_t(259), uint64_t(65536), uint64_t(65537), uint64_t(151669)}) {
     const std::vector<int32_t> ids = iota_ids(5000, int32_t(vocab));
     const std::string p = path("v" + std::to_string(vocab) + ".bin");
-    write_shard(p, ids, vocab, 1234, 3);
+    const std::vector<uint64_t> ends = {10, 2000, 5000};
+    write_shard(p, ids, vocab, 1234, ends);
     const Shard s = Shard::open(p);
     EXPECT_EQ(s.header().token_bytes, vocab <= 65536 ? 2u : 4u);
-    EXPECT_EQ(fs::file_size(p), kShardHeaderBytes + ids.size() * s.header().token_bytes);
+    EXPECT_EQ(fs::file_size(p), kShardHeaderBytes + ids.size() * s.header().token_bytes + 3 * 8);
+    EXPECT_EQ(s.header().version, kShardVersion);
+    EXPECT_EQ(s.document_end(1), 2000);
     EXPECT_EQ(s.header().vocab_size, vocab);
     EXPECT_EQ(s.header().doc_count, 3u);
     EXPECT_EQ(s.header().tokenizer_fingerprint, 1234u);
@@ -82,12 +96,21 @@ TEST_F(ShardTest, RoundTripsBothTokenWidths) {
 
 TEST_F(ShardTest, StreamingWriterMatchesOneShotAndLeavesNothingUntilCommit) {
   const std::vector<int32_t> ids = iota_ids(3'000'000, 151669);  // > 1 MiB blocks of payload
-  write_shard(path("a.bin"), ids, 151669, 9, 2);
+  const std::vector<uint64_t> ends = {1'000'000, 3'000'000};
+  write_shard(path("a.bin"), ids, 151669, 9, ends);
   {
     ShardWriter w(path("b.bin"), 151669, 9);
-    for (size_t at = 0; at < ids.size(); at += 99'991)
-      w.append(std::span(ids).subspan(at, std::min<size_t>(99'991, ids.size() - at)));
-    w.add_documents(2);
+    for (size_t at = 0; at < ids.size(); at += 99'991) {
+      const size_t n = std::min<size_t>(99'991, ids.size() - at);
+      if (at < 1'000'000 && at + n >= 1'000'000) {  // the first document ends inside this piece
+        w.append(std::span(ids).subspan(at, 1'000'000 - at));
+        w.end_document();
+        w.append(std::span(ids).subspan(1'000'000, at + n - 1'000'000));
+      } else {
+        w.append(std::span(ids).subspan(at, n));
+      }
+    }
+    w.end_document();
     w.finish();
     EXPECT_FALSE(fs::exists(path("b.bin"))) << "visible before commit";
     w.commit();
@@ -126,6 +149,73 @@ TEST_F(ShardTest, SequencesAreStrideSeqLenWindowsAcrossShards) {
   EXPECT_EQ(ShardSet::open(path("01.bin"), 4, 259, 0).sequences(), 1);
 }
 
+TEST_F(ShardTest, DocumentIndexGivesEveryDocumentAcrossShards) {
+  // The header's worked example: documents of 3, 4 and 5 tokens in shards of 5 tokens, as prep
+  // writes them (document 1 begins in shard 0 and ends in shard 1).
+  std::vector<int32_t> ids(12);
+  std::iota(ids.begin(), ids.end(), 0);
+  const std::vector<uint64_t> e0 = {3}, e1 = {2}, e2 = {2};
+  write_shard(path("s0.bin"), std::span(ids).subspan(0, 5), 259, 5, e0);
+  write_shard(path("s1.bin"), std::span(ids).subspan(5, 5), 259, 5, e1);
+  write_shard(path("s2.bin"), std::span(ids).subspan(10, 2), 259, 5, e2);
+  const ShardSet set = ShardSet::open(dir_.string(), 2, 259, 5);
+  ASSERT_TRUE(set.has_document_index());
+  ASSERT_EQ(set.documents(), 3);
+  const int64_t want[3][2] = {{0, 3}, {3, 4}, {7, 5}};
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(set.document(i).begin, want[i][0]) << i;
+    EXPECT_EQ(set.document(i).tokens, want[i][1]) << i;
+  }
+  std::vector<int32_t> doc(4);
+  set.read(set.document(1).begin, set.document(1).tokens, doc.data());
+  EXPECT_EQ(doc, (std::vector<int32_t>{3, 4, 5, 6}));
+  EXPECT_THROW(set.document(3), std::out_of_range);
+  for (const Shard& s : set.shards()) EXPECT_NO_THROW(s.verify());
+}
+
+TEST_F(ShardTest, VersionOneShardsStillReadAndDocumentsModeNamesTheFileToRePrep) {
+  // A version-1 file (no index) from an older deepen: packed windows read it as before ...
+  write_raw("old.bin", raw_shard(1, 2, 259, 4, 9, std::string("\x01\x00\x02\x00\x03\x00\x09\x00", 8)));
+  const ShardSet set = ShardSet::open(dir_.string(), 2, 259, 0);
+  EXPECT_EQ(set.sequences(), 3);
+  EXPECT_FALSE(set.has_document_index());
+  // ... and documents mode refuses it, naming the file and the fix.
+  const std::string e = error_of([&] { set.require_document_index("data.packing = \"documents\""); });
+  EXPECT_NE(e.find("old.bin: shard format version 1 has no document index, which data.packing = \"documents\" needs; "
+                   "re-run `deepen prep`"),
+            std::string::npos)
+      << e;
+}
+
+TEST_F(ShardTest, CorruptDocumentIndexIsAClearError) {
+  const std::string tokens("\x01\x00\x02\x00\x03\x00\x04\x00", 8);  // 4 tokens
+  write_raw("order.bin", raw_v2(tokens, {3, 3}));
+  std::string e = error_of([&] { Shard::open(path("order.bin")); });
+  EXPECT_NE(e.find("order.bin: corrupted document index: document 1 ends at 3, not after 3"), std::string::npos) << e;
+  write_raw("past.bin", raw_v2(tokens, {2, 5}));
+  e = error_of([&] { Shard::open(path("past.bin")); });
+  EXPECT_NE(e.find("past.bin: corrupted document index: document 1 ends at 5, past the shard's 4 tokens"),
+            std::string::npos)
+      << e;
+  std::string cut = raw_v2(tokens, {2, 4});
+  cut.resize(cut.size() - 3);
+  write_raw("cut.bin", cut);
+  e = error_of([&] { Shard::open(path("cut.bin")); });
+  EXPECT_NE(e.find("cut.bin: truncated"), std::string::npos) << e;
+  EXPECT_NE(e.find("4 tokens and 2 documents"), std::string::npos) << e;
+  // A flipped bit in an otherwise valid index: the payload hash covers it.
+  const std::vector<uint64_t> ends = {2, 4};
+  write_shard(path("flip.bin"), std::vector<int32_t>{1, 2, 3, 4}, 259, 0, ends);
+  {
+    std::fstream f(path("flip.bin"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(std::streamoff(kShardHeaderBytes + 8));  // first index entry: 2 -> 3 (still increasing)
+    f.put('\x03');
+  }
+  const Shard flipped = Shard::open(path("flip.bin"));
+  e = error_of([&] { flipped.verify(); });
+  EXPECT_NE(e.find("flip.bin: payload hash mismatch"), std::string::npos) << e;
+}
+
 TEST_F(ShardTest, WrongMagicIsAClearError) {
   write_raw("notes.bin", std::string(200, 'x'));
   const std::string e = error_of([&] { Shard::open(path("notes.bin")); });
@@ -133,9 +223,9 @@ TEST_F(ShardTest, WrongMagicIsAClearError) {
 }
 
 TEST_F(ShardTest, WrongVersionIsAClearError) {
-  write_raw("v2.bin", raw_shard(2, 2, 259, 2, 5, std::string(4, '\1')));
-  const std::string e = error_of([&] { Shard::open(path("v2.bin")); });
-  EXPECT_NE(e.find("v2.bin: shard format version 2, this deepen reads version 1"), std::string::npos) << e;
+  write_raw("v3.bin", raw_shard(3, 2, 259, 2, 5, std::string(4, '\1')));
+  const std::string e = error_of([&] { Shard::open(path("v3.bin")); });
+  EXPECT_NE(e.find("v3.bin: shard format version 3, this deepen reads versions 1 to 2"), std::string::npos) << e;
 }
 
 TEST_F(ShardTest, TruncatedFileIsAClearError) {
