@@ -214,6 +214,23 @@ void validate_config(const Config& cfg) {
   c.at_least("data.shard_tokens", d.shard_tokens, 1024);
   if (d.jsonl_field.empty()) c.fail("data.jsonl_field", "must not be empty");
   if (d.parquet_text_column.empty()) c.fail("data.parquet_text_column", "must not be empty");
+  c.one_of("data.packing", d.packing, {"windows", "documents"});
+  c.at_least("data.max_len", d.max_len, 1);
+  c.at_least("data.replay_shard_tokens", d.replay_shard_tokens, 0);
+  c.at_least("data.valid_documents", d.valid_documents, 0);
+  if (d.packing != "documents") {
+    if (d.replay_shard_tokens > 0) c.fail("data.replay_shard_tokens", "needs data.packing = \"documents\"");
+    if (d.valid_documents > 0) c.fail("data.valid_documents", "needs data.packing = \"documents\"");
+  } else {
+    // A token budget becomes steps through a fixed tokens-per-step, which unpacked documents do not
+    // have (each step holds its documents' real tokens); steps are the paper's unit anyway.
+    if (!cfg.curriculum.stage_tokens.empty())
+      c.fail("curriculum.stage_tokens", "token budgets need data.packing = \"windows\" (documents give each step "
+                                        "a different number of tokens); give curriculum.stage_steps");
+    if (!cfg.curriculum.budget.empty())
+      c.fail("curriculum.budget", "matched token budgets need data.packing = \"windows\" (documents give each "
+                                  "step a different number of tokens); give curriculum.stage_steps");
+  }
 
   const auto& s = cfg.student;
   c.at_least("student.layers", s.layers, 1);

@@ -28,7 +28,23 @@ struct DataConfig {
   std::string tokenizer = "bytes";   // "bytes" | "qwen3:<path to tokenizer.json>"
   std::string train = "data/train";  // shard folder or glob made by `deepen prep`
   std::string valid = "data/valid";
-  int64_t seq_len = 256;             // tokens per sequence (targets are the next tokens)
+  int64_t seq_len = 256;             // windows: tokens per sequence (targets are the next tokens)
+  // How training sequences are made (train/document_batch.h):
+  //   "windows":   the token stream cut into seq_len-token windows (packed: documents run into
+  //                each other across EOS); every position is a target.
+  //   "documents": one document per sequence (the paper's protocol: no packing), truncated to
+  //                max_len tokens, a micro-batch right-padded to its longest member; padded
+  //                positions are excluded from the loss, the eval, every diagnostic and every token
+  //                count. Needs shards with a document index (`deepen prep` of this version).
+  std::string packing = "windows";
+  int64_t max_len = 8192;            // documents: a document is cut to its first max_len tokens
+  // documents: a fixed training shard of the first train documents holding >= this many target
+  // tokens (truncated to max_len); 0 = every train document. Grow runs wrap within it (every
+  // phase replays it); joint runs read it once and continue onto fresh documents (data/replay.h).
+  int64_t replay_shard_tokens = 0;
+  // documents: the validation set is the first N documents of data.valid (eval covers all of
+  // them every time, ceil(N / parallel.micro_batch) batches); 0 = eval.batches batches as before.
+  int64_t valid_documents = 0;
   // prep only:
   std::vector<std::string> sources;  // text files, folders, .jsonl or .parquet files to tokenize
   std::string jsonl_field = "text";  // field holding the document in JSONL sources
@@ -40,6 +56,8 @@ struct DataConfig {
   int64_t shard_tokens = 50'000'000; // tokens per shard file
   template <class V> void visit(V& v) {
     v("tokenizer", tokenizer); v("train", train); v("valid", valid); v("seq_len", seq_len);
+    v("packing", packing); v("max_len", max_len); v("replay_shard_tokens", replay_shard_tokens);
+    v("valid_documents", valid_documents);
     v("sources", sources); v("jsonl_field", jsonl_field); v("parquet_text_column", parquet_text_column);
     v("id_field", id_field); v("valid_fraction", valid_fraction);
     v("shard_tokens", shard_tokens);

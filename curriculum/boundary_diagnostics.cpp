@@ -29,6 +29,7 @@ ClassMeans means_of_finite(const at::Tensor& values, const at::Tensor& token_cla
   std::array<double, 4> sum{};
   std::array<int64_t, 4> count{};
   for (int64_t i = 0; i < v.numel(); ++i) {
+    if (pc[i] == kPaddingTokenClass) continue;
     if (pc[i] < 0 || pc[i] > 3)
       throw std::invalid_argument("boundary diagnostics: token class " + std::to_string(pc[i]) + " outside 0..3");
     if (std::isnan(pv[i])) continue;

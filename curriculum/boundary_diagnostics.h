@@ -45,8 +45,12 @@ struct IdentityMapping {
 // RMS over the last dim, per token: x [B, T, H] -> [B, T] fp32, sqrt(mean_h x²).
 at::Tensor token_rms(const at::Tensor& x);
 
-// Means of `values` [B, T] per class of `token_class` [B, T] (integer, values 0..3). Throws
-// std::invalid_argument on mismatched shapes or a class outside 0..3.
+// The class of a right-padded position (unpacked documents): in no class and not in "all".
+inline constexpr int64_t kPaddingTokenClass = -1;
+
+// Means of `values` [B, T] per class of `token_class` [B, T] (integer, values 0..3, or
+// kPaddingTokenClass: skipped). Throws std::invalid_argument on mismatched shapes or a class
+// outside those.
 ClassMeans class_means(const at::Tensor& values, const at::Tensor& token_class);
 
 // block_inputs[b] = residual stream entering block b ([B, T, H] each, b = 0 .. depth-1);

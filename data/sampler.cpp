@@ -39,17 +39,28 @@ int64_t permute_index(int64_t i, int64_t n, uint64_t seed) {
   return permute(seed, 0, uint64_t(n), uint64_t(i));
 }
 
-Sampler::Sampler(uint64_t seed, int64_t num_sequences, BatchLayout layout)
-    : seed_(seed), n_(num_sequences), layout_(layout) {
+Sampler::Sampler(uint64_t seed, int64_t num_sequences, BatchLayout layout, ReplayShard replay)
+    : seed_(seed), n_(num_sequences), layout_(layout), replay_(replay) {
   if (n_ <= 0) throw std::invalid_argument("Sampler: no sequences to sample");
   if (layout_.ranks <= 0 || layout_.grad_accum <= 0 || layout_.micro_batch <= 0)
     throw std::invalid_argument("Sampler: ranks, grad_accum and micro_batch must be positive");
+  if (replay_.sequences < 0 || replay_.sequences > n_)
+    throw std::invalid_argument("Sampler: replay shard of " + std::to_string(replay_.sequences) + " sequences, the split has " +
+                                std::to_string(n_));
 }
 
 int64_t Sampler::at(int64_t sample) const {
   if (sample < 0) throw std::invalid_argument("Sampler: negative sample index");
-  const uint64_t g = uint64_t(sample), n = uint64_t(n_);
-  return permute(seed_, g / n, n, g % n);
+  const uint64_t g = uint64_t(sample);
+  if (replay_.sequences == 0) return permute(seed_, g / uint64_t(n_), uint64_t(n_), g % uint64_t(n_));
+  const uint64_t d = uint64_t(replay_.sequences);
+  if (replay_.wrap || g < d) return permute(seed_, g / d, d, g % d);
+  // Fresh documents after the shard: their own epochs, keyed apart from the shard's.
+  const uint64_t rest = uint64_t(n_) - d, h = g - d;
+  if (rest == 0)
+    throw std::out_of_range("Sampler: sample " + std::to_string(sample) + " is past the replay shard's " +
+                            std::to_string(d) + " sequences and no sequence follows it");
+  return int64_t(d) + permute(mix64(seed_ ^ 0x66726573680aULL), h / rest, rest, h % rest);
 }
 
 std::vector<int64_t> Sampler::micro_batch(int64_t step, int64_t rank, int64_t micro) const {

@@ -37,12 +37,30 @@ struct BatchLayout {
 // 0 <= i < n.
 int64_t permute_index(int64_t i, int64_t n, uint64_t seed);
 
+// A fixed training shard: the first `sequences` sequences (documents) of the split, D of N.
+//   wrap (grow runs, the paper's "every grow phase replays the same shard"): the stream never
+//        leaves the shard; epoch e is perm_e of [0, D). The iterator is not reset at a phase
+//        change, so with D = one phase's samples every phase reads the same D documents (each
+//        phase in a new order).
+//   fresh (joint controls longer than the shard: "continues onto fresh data"): samples [0, D) are
+//        perm_0 of the shard, then samples D, D+1, ... walk the documents after it, D + perm'_e of
+//        [0, N - D), never the shard again.
+// Example: N = 10, D = 4, 2 samples per step: wrap steps 0,1 = the 4 shard documents, steps 2,3 =
+// the same 4 again (another order), ...; fresh steps 0,1 = the same 4 as wrap, steps 2.. = documents
+// from 4..9. sequences = 0: no shard, every sample from all N (the plain stream above).
+struct ReplayShard {
+  int64_t sequences = 0;  // D; 0 = off
+  bool wrap = true;       // false: fresh
+};
+
 class Sampler {
  public:
-  // Throws std::invalid_argument when num_sequences or a layout entry is not positive.
-  Sampler(uint64_t seed, int64_t num_sequences, BatchLayout layout);
+  // Throws std::invalid_argument when num_sequences or a layout entry is not positive, or the
+  // shard is larger than the split.
+  Sampler(uint64_t seed, int64_t num_sequences, BatchLayout layout, ReplayShard replay = {});
 
-  // Sequence of sample g of the stream (g >= 0).
+  // Sequence of sample g of the stream (g >= 0). A fresh stream past its shard with no document
+  // after it throws std::out_of_range.
   int64_t at(int64_t sample) const;
   // The b sequences of micro-batch `micro` (< A) of `rank` (< R) at `step`.
   std::vector<int64_t> micro_batch(int64_t step, int64_t rank, int64_t micro) const;
@@ -57,6 +75,7 @@ class Sampler {
   uint64_t seed_;
   int64_t n_;
   BatchLayout layout_;
+  ReplayShard replay_;
 };
 
 // Validation: batch i is sequences (i*b + j) mod N, j < b, of the validation split, in order; an eval

@@ -29,7 +29,7 @@ struct Hop {
 std::vector<BatchKey> pipeline_items(const Config& cfg, const GrowthSchedule& schedule, const RankLayout& layout,
                                      int pipeline, int64_t step) {
   const int per = layout.students_per_pipeline();
-  const BatchCounts counts{layout.students, cfg.parallel.grad_accum, cfg.eval.batches};
+  const BatchCounts counts{layout.students, cfg.parallel.grad_accum, eval_batch_count(cfg)};
   return step_batches(counts, step, is_eval_step(cfg, schedule, step), int64_t{pipeline} * per, per);
 }
 
@@ -40,7 +40,6 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
   const int stages = run.layout->teacher_stages;
   const bool first = me.stage == 0, last = me.stage == stages - 1;
   const GrowthSchedule schedule = make_growth_schedule(cfg);
-  const int64_t batch = cfg.parallel.micro_batch, seq = cfg.data.seq_len;
   const int64_t hidden = run.stage->config().hidden_size;
   const at::ScalarType wire = to_scalar_type(cfg.parallel.activation_dtype);
   const int64_t max_in_flight = cfg.parallel.max_in_flight;
@@ -78,7 +77,9 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
                           " from the previous stage, got kind " + std::to_string(h[0]) + " step " +
                           std::to_string(h[1]) + " student " + std::to_string(h[2]) + " index " + std::to_string(h[3]));
         checksum = static_cast<uint64_t>(h[4]);
-        input = at::empty({batch, seq, hidden}, at::TensorOptions().dtype(wire).device(hop_device));
+        // Rows and length travel in the header: unpacked documents make every micro-batch as long
+        // as its longest document (and the last eval batch may hold fewer documents).
+        input = at::empty({h[5], h[6], hidden}, at::TensorOptions().dtype(wire).device(hop_device));
         run.pipeline->recv(input, me.stage - 1, kTagStageActivation);
       }
       const at::Tensor out = run.stage->forward(input);
@@ -92,7 +93,8 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
         }
         Hop hop;
         hop.header = at::tensor(std::vector<int64_t>{static_cast<int64_t>(key.kind), key.step, key.student,
-                                                     key.index, static_cast<int64_t>(checksum), 0, 0, 0},
+                                                     key.index, static_cast<int64_t>(checksum), out.size(0),
+                                                     out.size(1), 0},
                                 at::kLong)
                          .to(hop_device);
         hop.activation = out.to(hop_device, wire).contiguous();

@@ -20,6 +20,12 @@ std::string BatchKey::describe() const {
          (kind == BatchKind::kTrain ? " micro " : " batch ") + std::to_string(index);
 }
 
+int64_t eval_batch_count(const Config& cfg) {
+  const int64_t n = cfg.data.valid_documents, b = cfg.parallel.micro_batch;
+  if (cfg.data.packing == "documents" && n > 0) return (n + b - 1) / b;
+  return cfg.eval.batches;
+}
+
 std::vector<BatchKey> step_batches(const BatchCounts& counts, int64_t step, bool eval_after, int64_t first_student,
                                    int64_t count) {
   std::vector<BatchKey> items;

@@ -34,6 +34,11 @@ struct BatchCounts {
   int64_t eval_batches = 0;  // validation micro-batches per eval
 };
 
+// Validation micro-batches per eval: eval.batches, or with data.valid_documents = N (documents
+// mode) as many as cover the N documents, ceil(N / parallel.micro_batch), the last one holding
+// the remainder. Example: N = 4833, micro_batch 8 -> 605 batches, the last of 1 document.
+int64_t eval_batch_count(const Config& cfg);
+
 // Eval batch i is evaluated by student i mod S, so S students split an eval without overlap and
 // the sum over students equals the single-process eval.
 inline int64_t eval_batch_owner(int64_t batch, int64_t students) { return batch % students; }

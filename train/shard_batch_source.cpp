@@ -1,13 +1,17 @@
 // Micro-batches from token shards through the deterministic sampler, and the ids checksum they carry.
 #include "train/shard_batch_source.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include "config/hash.h"
 #include "config/input_error.h"
+#include "data/documents.h"
 #include "data/sampler.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
+#include "train/document_batch.h"
 
 namespace deepen {
 
@@ -18,25 +22,60 @@ uint64_t ids_checksum(const at::Tensor& ids) {
 
 namespace {
 
+constexpr const char* kNeedsIndex = "data.packing = \"documents\"";
+
+// Documents are read back through the index, so a split needs only enough tokens for one of them.
+int64_t shard_window(const DataConfig& d) { return d.packing == "documents" ? 2 : d.seq_len + 1; }
+
+ShardSet open_split(const std::string& path, const DataConfig& d, const Tokenizer& tok) {
+  ShardSet set = ShardSet::open(path, shard_window(d), static_cast<uint64_t>(tok.vocab_size()), tok.fingerprint());
+  if (d.packing == "documents") {
+    set.require_document_index(kNeedsIndex);
+    if (set.documents() == 0) throw InputError(path + ": no complete document in its index (" + kNeedsIndex + ")");
+  }
+  return set;
+}
+
+// The sampler's replay shard: documents only; grow runs replay it, joint runs continue past it.
+ReplayShard replay_shard(const Config& cfg, const ShardSet& train) {
+  if (cfg.data.packing != "documents" || cfg.data.replay_shard_tokens == 0) return {};
+  return {replay_shard_documents(train, cfg.data.replay_shard_tokens, cfg.data.max_len,
+                                 cfg.source + ": data.replay_shard_tokens", cfg.data.train),
+          cfg.curriculum.mode == "grow"};
+}
+
 class ShardBatchSource : public BatchSource {
  public:
   ShardBatchSource(const Config& cfg, const Tokenizer& tok)
-      : seq_len_(cfg.data.seq_len),
+      : documents_(cfg.data.packing == "documents"),
+        seq_len_(cfg.data.seq_len),
+        max_len_(cfg.data.max_len),
+        pad_id_(tok.eos_id()),
         micro_batch_(cfg.parallel.micro_batch),
-        eval_batches_(cfg.eval.batches),
+        eval_batches_(eval_batch_count(cfg)),
         diagnostic_batch_(cfg.eval.diagnostic_batch),
-        train_(ShardSet::open(cfg.data.train, cfg.data.seq_len + 1, static_cast<uint64_t>(tok.vocab_size()),
-                              tok.fingerprint())),
-        valid_(ShardSet::open(cfg.data.valid, cfg.data.seq_len + 1, static_cast<uint64_t>(tok.vocab_size()),
-                              tok.fingerprint())),
-        sampler_(static_cast<uint64_t>(cfg.run.seed), train_.sequences(),
-                 {cfg.parallel.students, cfg.parallel.grad_accum, cfg.parallel.micro_batch}) {
+        train_(open_split(cfg.data.train, cfg.data, tok)),
+        valid_(open_split(cfg.data.valid, cfg.data, tok)),
+        sampler_(static_cast<uint64_t>(cfg.run.seed), documents_ ? train_.documents() : train_.sequences(),
+                 {cfg.parallel.students, cfg.parallel.grad_accum, cfg.parallel.micro_batch}, replay_shard(cfg, train_)) {
+    valid_count_ = documents_ ? valid_.documents() : valid_.sequences();
+    if (documents_ && cfg.data.valid_documents > 0) {
+      if (valid_count_ < cfg.data.valid_documents)
+        throw InputError(cfg.source + ": data.valid_documents = " + std::to_string(cfg.data.valid_documents) + ": " +
+                         cfg.data.valid + " holds only " + std::to_string(valid_count_) +
+                         " documents (raise data.valid_fraction and re-run `deepen prep`)");
+      valid_count_ = cfg.data.valid_documents;  // the fixed validation set: its first N documents
+      if (diagnostic_batch_ > valid_count_)
+        throw InputError(cfg.source + ": eval.diagnostic_batch = " + std::to_string(diagnostic_batch_) +
+                         " exceeds data.valid_documents = " + std::to_string(valid_count_));
+      return;
+    }
     const int64_t need = std::max(eval_batches_ * micro_batch_, diagnostic_batch_);
-    if (valid_.sequences() < need)
-      throw InputError(cfg.data.valid + ": " + std::to_string(valid_.sequences()) + " validation sequences of " +
-                       std::to_string(seq_len_) + " tokens, but eval.batches × parallel.micro_batch = " +
-                       std::to_string(eval_batches_ * micro_batch_) + " and eval.diagnostic_batch = " +
-                       std::to_string(diagnostic_batch_) + " need " + std::to_string(need));
+    if (valid_count_ < need)
+      throw InputError(cfg.data.valid + ": " + std::to_string(valid_count_) +
+                       (documents_ ? " validation documents" : " validation sequences of " + std::to_string(seq_len_) + " tokens") +
+                       ", but eval.batches × parallel.micro_batch = " + std::to_string(eval_batches_ * micro_batch_) +
+                       " and eval.diagnostic_batch = " + std::to_string(diagnostic_batch_) + " need " + std::to_string(need));
   }
 
   MicroBatch train(int64_t step, int64_t student, int64_t micro) const override {
@@ -48,9 +87,12 @@ class ShardBatchSource : public BatchSource {
     return mb;
   }
 
+  // Batch i: validation items [i·b, (i+1)·b), the last batch of a fixed document set cut at its end.
   MicroBatch eval(int64_t index) const override {
-    std::vector<int64_t> ids(static_cast<size_t>(micro_batch_));
-    for (int64_t b = 0; b < micro_batch_; ++b) ids[static_cast<size_t>(b)] = index * micro_batch_ + b;
+    const int64_t first = index * micro_batch_;
+    const int64_t end = documents_ ? std::min(first + micro_batch_, valid_count_) : first + micro_batch_;
+    std::vector<int64_t> ids;
+    for (int64_t i = first; i < end; ++i) ids.push_back(i);
     MicroBatch mb = make(valid_, ids);
     mb.kind = BatchKind::kEval;
     mb.index = index;
@@ -68,21 +110,40 @@ class ShardBatchSource : public BatchSource {
   }
 
  private:
-  MicroBatch make(const ShardSet& set, const std::vector<int64_t>& sequences) const {
-    const int64_t rows = static_cast<int64_t>(sequences.size());
-    at::Tensor window = at::empty({rows, seq_len_ + 1}, at::kLong);
-    int64_t* out = window.data_ptr<int64_t>();
-    for (int64_t r = 0; r < rows; ++r) set.read_sequence(sequences[static_cast<size_t>(r)], out + r * (seq_len_ + 1));
+  MicroBatch make(const ShardSet& set, const std::vector<int64_t>& items) const {
     MicroBatch mb;
-    mb.inputs = window.narrow(1, 0, seq_len_).contiguous();
-    mb.labels = window.narrow(1, 1, seq_len_).contiguous();
+    if (documents_) {
+      // Only the first max_len tokens of a document are read: a long document costs no more.
+      std::vector<std::vector<int64_t>> docs(items.size());
+      for (size_t r = 0; r < items.size(); ++r) {
+        const ShardSet::DocumentSpan d = set.document(items[r]);
+        docs[r].resize(static_cast<size_t>(std::min(d.tokens, max_len_)));
+        set.read(d.begin, static_cast<int64_t>(docs[r].size()), docs[r].data());
+      }
+      try {
+        PaddedDocuments p = pad_documents(docs, max_len_, pad_id_);
+        mb.inputs = std::move(p.inputs);
+        mb.labels = std::move(p.labels);
+      } catch (const std::invalid_argument& e) {
+        throw InputError(set.shards().front().path() + " (its split): " + e.what());
+      }
+    } else {
+      const int64_t rows = static_cast<int64_t>(items.size());
+      at::Tensor window = at::empty({rows, seq_len_ + 1}, at::kLong);
+      int64_t* out = window.data_ptr<int64_t>();
+      for (int64_t r = 0; r < rows; ++r) set.read_sequence(items[static_cast<size_t>(r)], out + r * (seq_len_ + 1));
+      mb.inputs = window.narrow(1, 0, seq_len_).contiguous();
+      mb.labels = window.narrow(1, 1, seq_len_).contiguous();
+    }
     mb.checksum = ids_checksum(mb.inputs);
     return mb;
   }
 
-  int64_t seq_len_, micro_batch_, eval_batches_, diagnostic_batch_;
+  bool documents_;
+  int64_t seq_len_, max_len_, pad_id_, micro_batch_, eval_batches_, diagnostic_batch_;
   ShardSet train_, valid_;
   Sampler sampler_;
+  int64_t valid_count_ = 0;  // validation items an eval may read
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "model/student_from_teacher.h"
 #include "train/batch_source.h"
 #include "train/compute_threads.h"
+#include "train/document_batch.h"
 #include "train/student_group.h"
 #include "train/teacher_source.h"
 #include "train/trainer.h"
@@ -35,6 +36,7 @@ Trainer::Trainer(StudentRun& run)
   lr_ = make_lr_schedule(cfg_.optim, schedule_, cfg_.curriculum.rewarmup_steps, reset_each_phase());
   batch_counts_ = {group_.size(), cfg_.parallel.grad_accum, run.batches->eval_batches()};
   loss_options_ = distill_loss_options(cfg_.distill);
+  loss_options_.ignore_index = kIgnoreLabel;  // right padding of unpacked documents counts for nothing
   if (!run.teacher) loss_options_.alpha = 0.0;  // pretraining: CE on the labels only
   eval_options_ = loss_options_;
   eval_options_.temperature = 1.0;  // validation KL is reported at τ = 1
@@ -91,8 +93,10 @@ RunOutcome Trainer::run() {
     const std::vector<BatchKey> batches = step_batches(batch_counts_, step, eval_after, group_.rank(), 1);
     const StepLosses losses = train_step(step, batches);
     progress_.steps_done = step + 1;
-    progress_.tokens = schedule_.tokens_after(step + 1);
-    progress_.active_layer_tokens = schedule_.active_layer_tokens_after(step + 1);
+    // Real target tokens (padding never counts): packed windows add tokens_per_step every step, as
+    // the schedule says; unpacked documents add what the step's documents held.
+    progress_.tokens += losses.tokens;
+    progress_.active_layer_tokens += losses.tokens * student_->depth();
 
     const auto now = Clock::now();
     const double seconds = std::chrono::duration<double>(now - tick).count();
@@ -106,7 +110,7 @@ RunOutcome Trainer::run() {
     report.kl = losses.kl;
     report.ce = losses.ce;
     report.lr = losses.lr;
-    report.tokens_per_s = seconds > 0 ? static_cast<double>(schedule_.tokens_per_step) / seconds : 0;
+    report.tokens_per_s = seconds > 0 ? static_cast<double>(losses.tokens) / seconds : 0;
     const int64_t channel_bytes = run_.teacher ? run_.teacher->channel_bytes() : 0;
     report.channel_bytes_per_s = seconds > 0 ? static_cast<double>(channel_bytes - last_channel_bytes) / seconds : 0;
     last_channel_bytes = channel_bytes;
@@ -206,17 +210,26 @@ void Trainer::apply_freeze(int stage) {
 
 Trainer::StepLosses Trainer::train_step(int64_t step, const std::vector<BatchKey>& batches) {
   StepLosses out;
-  const int64_t accum = cfg_.parallel.grad_accum;
-  double sums[4] = {0, 0, 0, 0};  // loss·n, kl·n, ce·n, n
+  // The step's loss is the mean over every real target token of the step, on every student: each
+  // micro-batch's mean is weighted by its share of the step's targets (micro_batch_loss_divisor),
+  // so the students first agree on the step's count (they sum it; the ids are on the host).
+  std::vector<MicroBatch> micro;
+  int64_t local_tokens = 0;
   for (const BatchKey& key : batches) {
     if (key.kind != BatchKind::kTrain) continue;
-    const MicroBatch mb = run_.batches->get(key);
+    micro.push_back(run_.batches->get(key));
+    local_tokens += target_tokens(micro.back().labels);
+  }
+  out.tokens = static_cast<int64_t>(group_.sum({static_cast<double>(local_tokens)})[0]);
+  double sums[4] = {0, 0, 0, 0};  // loss·n, kl·n, ce·n, n
+  for (const MicroBatch& mb : micro) {
     const TeacherTargets targets = run_.teacher ? run_.teacher->targets(mb) : TeacherTargets::none();
     const at::Tensor hidden = student_->forward_hidden(mb.inputs.to(device_));
     const DistillLoss l =
         distill_loss(hidden, student_->head_weight(), targets, mb.labels.to(device_), loss_options_);
-    (l.loss / static_cast<double>(accum)).backward();
-    const double n = static_cast<double>(l.tokens.item<int64_t>());
+    const int64_t tokens = l.tokens.item<int64_t>();
+    (l.loss / micro_batch_loss_divisor(tokens, group_.size(), out.tokens)).backward();
+    const double n = static_cast<double>(tokens);
     sums[0] += l.loss.item<double>() * n;
     sums[1] += l.kl.item<double>() * n;
     sums[2] += l.ce.item<double>() * n;

@@ -40,6 +40,7 @@ class Trainer {
  private:
   struct StepLosses {
     double loss = 0, kl = 0, ce = 0, grad_norm = 0, lr = 0;
+    int64_t tokens = 0;  // real target tokens of the step, over every student
   };
 
   // student_trainer.cpp: the step loop.
@@ -60,7 +61,8 @@ class Trainer {
   // the model a block is appended to), "final" (after the run's last step). Phase ends and the end
   // add block removal; the end also writes every token's RMS (final_token_rms.json).
   void diagnose(int64_t step, int stage, const char* event);
-  at::Tensor token_classes(const at::Tensor& inputs) const;
+  // Token classes of the diagnostic batch; padded positions (label kIgnoreLabel) get kPaddingTokenClass.
+  at::Tensor token_classes(const at::Tensor& inputs, const at::Tensor& labels) const;
 
   // trainer_checkpoint.cpp: the run folder.
   void start_run_folder(bool resuming);

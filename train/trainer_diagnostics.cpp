@@ -8,6 +8,7 @@
 #include "curriculum/boundary_diagnostics.h"
 #include "data/tokenizer.h"
 #include "train/batch_source.h"
+#include "train/micro_batch.h"
 #include "train/trainer.h"
 
 namespace deepen {
@@ -23,7 +24,7 @@ void Trainer::diagnose(int64_t step, int stage, const char* event) {
   const std::string kind = event;
   const MicroBatch mb = run_.batches->diagnostic();
   // Classes stay on the CPU: the diagnostics bring the per-token statistics there to average them.
-  const at::Tensor classes = token_classes(mb.inputs);
+  const at::Tensor classes = token_classes(mb.inputs, mb.labels);
   const at::Tensor types = token_types(mb.inputs, mb.labels, run_.tokenizer->eos_id());
   const std::vector<at::Tensor> stream = student_->residual_stream(mb.inputs.to(device_));
   const int64_t depth = student_->depth();
@@ -58,8 +59,10 @@ void Trainer::diagnose(int64_t step, int stage, const char* event) {
   }
 }
 
-at::Tensor Trainer::token_classes(const at::Tensor& inputs) const {
+at::Tensor Trainer::token_classes(const at::Tensor& inputs, const at::Tensor& labels) const {
   const at::Tensor ids = inputs.to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor padded = labels.to(at::kCPU, at::kLong).eq(kIgnoreLabel).contiguous();
+  const bool* pad = padded.data_ptr<bool>();
   at::Tensor classes = at::empty(ids.sizes(), at::kLong);
   const int64_t rows = ids.size(0), cols = ids.size(1);
   const int64_t* in = ids.data_ptr<int64_t>();
@@ -68,7 +71,8 @@ at::Tensor Trainer::token_classes(const at::Tensor& inputs) const {
   for (int64_t b = 0; b < rows; ++b) {
     for (int64_t t = 0; t < cols; ++t) row[static_cast<size_t>(t)] = static_cast<int32_t>(in[b * cols + t]);
     const std::vector<TokenClass> c = classify_tokens(*run_.tokenizer, row);
-    for (int64_t t = 0; t < cols; ++t) out[b * cols + t] = static_cast<int64_t>(c[static_cast<size_t>(t)]);
+    for (int64_t t = 0; t < cols; ++t)
+      out[b * cols + t] = pad[b * cols + t] ? kPaddingTokenClass : static_cast<int64_t>(c[static_cast<size_t>(t)]);
   }
   return classes;
 }

@@ -33,8 +33,8 @@ void Trainer::evaluate(int64_t step, int stage, bool stage_end, const std::vecto
                              {"stage", stage},
                              {"depth", student_->depth()},
                              {"stage_end", stage_end},
-                             {"tokens", schedule_.tokens_after(step + 1)},
-                             {"active_layer_tokens", schedule_.active_layer_tokens_after(step + 1)},
+                             {"tokens", progress_.tokens},
+                             {"active_layer_tokens", progress_.active_layer_tokens},
                              {"val_ce", progress_.last_eval_ce},
                              // Perplexity of the same tokens: exp of their mean CE.
                              {"val_ppl", std::exp(progress_.last_eval_ce)},

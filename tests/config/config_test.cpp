@@ -71,6 +71,26 @@ TEST(Config, StudentsMustDivideAmongPipelines) {
             std::string::npos);
 }
 
+TEST(Config, DocumentPackingKeysAreValidatedAndNamed) {
+  const Config cfg = parse_config(kMinimal, "x.toml",
+                                  {"data.packing=\"documents\"", "data.max_len=8192", "data.replay_shard_tokens=3110000000",
+                                   "data.valid_documents=4833"});
+  EXPECT_EQ(cfg.data.packing, "documents");
+  EXPECT_EQ(cfg.data.max_len, 8192);
+  EXPECT_EQ(cfg.data.replay_shard_tokens, 3110000000);
+  EXPECT_EQ(cfg.data.valid_documents, 4833);
+  EXPECT_EQ(Config{}.data.packing, "windows");  // today's packed windows stay the default
+  EXPECT_NE(error_of(kMinimal, {"data.packing=\"packed\""}).find("x.toml: data.packing: must be \"windows\" | \"documents\""),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"data.replay_shard_tokens=100"})
+                .find("x.toml: data.replay_shard_tokens: needs data.packing = \"documents\""),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"data.valid_documents=10"}).find("data.valid_documents: needs data.packing"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"data.packing=\"documents\"", "data.max_len=0"}).find("data.max_len: must be >= 1"),
+            std::string::npos);
+}
+
 TEST(Config, CountsTakeSuffixes) {
   EXPECT_EQ(parse_count("50M"), 50'000'000);
   EXPECT_EQ(parse_count("2.5B"), 2'500'000'000);

@@ -88,6 +88,55 @@ TEST(Sampler, IsAPureFunctionOfItsArguments) {
   EXPECT_THROW(Sampler(1, 0, {1, 1, 1}), std::invalid_argument);
 }
 
+// Documents of steps [first, last] in sample order.
+std::vector<int64_t> steps(const Sampler& s, int64_t first, int64_t last) {
+  std::vector<int64_t> out;
+  for (int64_t k = first; k <= last; ++k) {
+    const auto st = s.step(k);
+    out.insert(out.end(), st.begin(), st.end());
+  }
+  return out;
+}
+
+std::vector<int64_t> sorted(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+TEST(Sampler, ReplayShardGivesEveryPhaseTheSameDocumentsInANewOrder) {
+  // 100 documents, a shard of the first 24, 6 samples per step: a phase of 4 steps is the shard.
+  const Sampler grow(42, 100, {2, 1, 3}, {24, true});
+  std::vector<int64_t> shard(24);
+  for (int64_t i = 0; i < 24; ++i) shard[size_t(i)] = i;
+  const std::vector<int64_t> p0 = steps(grow, 0, 3), p1 = steps(grow, 4, 7), p2 = steps(grow, 8, 11);
+  EXPECT_EQ(sorted(p0), shard);
+  EXPECT_EQ(sorted(p1), shard);
+  EXPECT_EQ(sorted(p2), shard);
+  EXPECT_NE(p0, p1);
+  // (The iterator is never reset: a sample is a function of the global step alone, so nothing
+  // about a phase change can reach it.)
+}
+
+TEST(Sampler, FreshRunReadsTheShardOnceThenContinuesOntoDocumentsAfterIt) {
+  const Sampler grow(42, 100, {2, 1, 3}, {24, true}), fresh(42, 100, {2, 1, 3}, {24, false});
+  EXPECT_EQ(steps(fresh, 0, 3), steps(grow, 0, 3));
+  // Samples 24 .. 99: every document after the shard exactly once, then again in a new order.
+  std::vector<int64_t> rest;
+  for (int64_t g = 24; g < 100; ++g) rest.push_back(fresh.at(g));
+  std::vector<int64_t> want(76);
+  for (int64_t i = 0; i < 76; ++i) want[size_t(i)] = 24 + i;
+  EXPECT_EQ(sorted(rest), want);
+  std::vector<int64_t> again;
+  for (int64_t g = 100; g < 176; ++g) again.push_back(fresh.at(g));
+  EXPECT_EQ(sorted(again), want);
+  EXPECT_NE(again, rest);
+  // A shard of every document leaves nothing to continue onto.
+  const Sampler all(1, 10, {1, 1, 1}, {10, false});
+  EXPECT_NO_THROW(all.at(9));
+  EXPECT_THROW(all.at(10), std::out_of_range);
+  EXPECT_THROW(Sampler(1, 10, {1, 1, 1}, {11, true}), std::invalid_argument);
+}
+
 TEST(Sampler, ValidationAndDiagnosticBatchesAreFixed) {
   EXPECT_EQ(validation_sequences(10, 4, 0), (std::vector<int64_t>{0, 1, 2, 3}));
   EXPECT_EQ(validation_sequences(10, 4, 2), (std::vector<int64_t>{8, 9, 0, 1}));  // wraps

@@ -96,16 +96,24 @@ keep = 10
   }
 
  private:
-  // Sentences with structure (so a model can learn something) from a seeded generator.
+  // Sentences with structure (so a model can learn something) from a seeded generator. Every line
+  // is a document in the shard's index (data.packing = "documents"); the token stream is the same
+  // as without the index, so packed windows read what they always read.
   static void write_split(const Tokenizer& tok, const std::filesystem::path& path, unsigned seed, size_t bytes) {
     const char* words[] = {"the", "growth", "of", "a", "student", "follows", "teacher", "norm", "block", "layer"};
     std::mt19937 gen(seed);
     std::string text;
+    std::vector<int32_t> ids;
+    std::vector<uint64_t> ends;
     while (text.size() < bytes) {
-      text += words[gen() % 10];
-      text += (gen() % 7 == 0) ? ".\n" : " ";
+      std::string word = words[gen() % 10];
+      word += (gen() % 7 == 0) ? ".\n" : " ";
+      text += word;
+      const std::vector<int32_t> w = tok.encode(word);
+      ids.insert(ids.end(), w.begin(), w.end());
+      if (word.back() == '\n') ends.push_back(ids.size());
     }
-    write_shard(path.string(), tok.encode(text), static_cast<uint64_t>(tok.vocab_size()), tok.fingerprint());
+    write_shard(path.string(), ids, static_cast<uint64_t>(tok.vocab_size()), tok.fingerprint(), ends);
   }
   std::filesystem::path root_;
 };
