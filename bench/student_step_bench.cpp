@@ -3,11 +3,14 @@
 // Python eager (bench/student_step_bench.py), measured in one run.
 //
 //   build-x/bench/student_step_bench [--threads 2] [--batch 8] [--seq 256] [--steps 10]
-//                                    [--python-env GLIBC_TUNABLES=...] [--no-malloc-tuning]
+//                                    [--kernels auto|fused|aten] [--python-env GLIBC_TUNABLES=...]
+//                                    [--no-malloc-tuning]
 //
 // Model (fixed, stated): 9 blocks, hidden 256, 4 heads, 2 KV heads, head_dim 64, intermediate 768,
 // vocab 256 (the byte tokenizer's ids; --vocab 151936 for Qwen3's), tied embeddings, pre-norm,
 // fp32. Loss: CE over the full vocabulary on next-token targets (T-1 per sequence).
+// Kernels: --kernels as student.cpu_kernels (default auto: each fusable step runs fused or as
+// LibTorch's op sequence, whichever measured faster here; the choices and timings are printed).
 // Method: after warm-up, deepen and Python steps alternate one by one (Python is a child process
 // answering "step" requests), so both see the same load on a shared machine; each side reports its
 // median step; the ratio is of the medians. Python runs with the environment this process has,
@@ -40,7 +43,7 @@ struct Options {
   int64_t threads = 2, batch = 8, seq = 256, steps = 10, warmup = 2, vocab = 256;
   bool baseline = true;
   bool malloc_tuning = true;
-  bool fused = true;
+  std::string kernels = "auto";
   std::string norm = "pre";
   std::vector<std::string> python_env;
   std::string profile;
@@ -120,11 +123,14 @@ int main(int argc, char** argv) {
   app.add_option("--norm", o.norm, "pre | post (post has no transformers baseline)");
   app.add_option("--python-env", o.python_env, "NAME=VALUE added to the Python baseline's environment");
   app.add_flag("!--no-baseline", o.baseline, "skip the Python run");
-  app.add_flag("!--unfused", o.fused, "run the HF op sequence instead of deepen's fused CPU kernels");
+  app.add_option("--kernels", o.kernels, "auto | fused | aten (the HF op sequence), as student.cpu_kernels");
+  bool unfused = false;
+  app.add_flag("--unfused", unfused, "same as --kernels aten");
   app.add_option("--profile", o.profile, "write a chrome trace of one deepen step here and stop");
   app.add_flag("!--no-malloc-tuning", o.malloc_tuning,
                "leave glibc malloc's defaults (else: mmap threshold 32 MB, no trimming, as deepen's binary)");
   CLI11_PARSE(app, argc, argv);
+  if (unfused) o.kernels = "aten";
   if (o.malloc_tuning) {
     // Tensors up to 32 MB come from the heap and freed pages stay mapped: a training step reuses
     // the same sizes every time, and on VMs each first touch of a fresh page costs ~11 us.
@@ -136,7 +142,7 @@ int main(int argc, char** argv) {
   deepen::StudentSpec spec;
   spec.decoder = deepen::DecoderSpec{.hidden = 256, .heads = 4, .kv_heads = 2, .head_dim = 64,
                                      .intermediate = 768, .rope_theta = 1e6, .rms_eps = 1e-6};
-  spec.decoder.fused_cpu = o.fused;
+  spec.decoder.cpu_kernels = deepen::parse_cpu_kernels(o.kernels, "--kernels");
   spec.vocab_size = o.vocab;
   spec.max_depth = 9;
   spec.norm = deepen::parse_norm_placement(o.norm, "--norm");
@@ -161,11 +167,15 @@ int main(int argc, char** argv) {
 
   std::printf("student: 9 layers, hidden 256, heads 4/2 kv, head_dim 64, intermediate 768, vocab %ld, "
               "tied, %s-norm, fp32; batch %ld x seq %ld = %ld tokens/step; %ld threads; %ld timed steps "
-              "each after %ld warm-up; deepen malloc tuning %s, fused kernels %s\n",
+              "each after %ld warm-up; deepen malloc tuning %s, CPU kernels %s\n",
               long(o.vocab), o.norm.c_str(), long(o.batch), long(o.seq), long(o.batch * o.seq),
               long(o.threads), long(o.steps), long(o.warmup), o.malloc_tuning ? "on" : "off",
-              o.fused ? "on" : "off");
+              o.kernels.c_str());
   const double first_loss = step();
+  for (const deepen::StepCalibration& c : deepen::process_cpu_kernel_calibration().measurements())
+    std::printf("  auto: %-13s rows %5ld (timed on %5ld), %ld threads: fused %7.2f ms, ops %7.2f ms -> %s\n",
+                deepen::fused_step_name(c.shape.step), long(c.shape.rows), long(c.calibration_rows),
+                long(c.shape.threads), c.fused_ms, c.ops_ms, c.fused ? "fused" : "ops");
   for (int64_t i = 1; i < o.warmup; ++i) step();
   if (!o.profile.empty()) {
     torch::autograd::profiler::RecordProfile guard(o.profile);

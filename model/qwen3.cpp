@@ -3,7 +3,11 @@
 
 #include <cmath>
 
+#include <functional>
+#include <optional>
+
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
@@ -16,9 +20,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-bool fusable(const at::Tensor& x, bool enabled) {
-  return enabled && x.device().is_cpu() && x.scalar_type() == at::kFloat;
-}
+bool fusable(const at::Tensor& x) { return x.device().is_cpu() && x.scalar_type() == at::kFloat; }
 
 // Rows per parallel_for task: a few KB of work each, so 2-16 threads split any realistic batch.
 constexpr int64_t kRowGrain = 32;
@@ -189,6 +191,129 @@ struct SwiGluFn : torch::autograd::Function<SwiGluFn> {
   }
 };
 
+// The two implementations of each fusable step, as free functions of their inputs, so the
+// modules and the calibration (which times them on random inputs) run the very same code.
+
+at::Tensor rms_norm_ops(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  const auto in_dtype = x.scalar_type();
+  const at::Tensor xf = x.to(at::kFloat);
+  const at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
+  return weight * (xf * at::rsqrt(var + eps)).to(in_dtype);
+}
+
+// q|k|v projection weights (and biases, undefined without) and the q/k norm gains.
+struct QkvWeights {
+  at::Tensor q, k, v, q_bias, k_bias, v_bias, q_norm, k_norm;
+};
+
+std::vector<at::Tensor> qkv_rope_fused(const at::Tensor& x, const QkvWeights& w, const Rotary& rope,
+                                       const DecoderSpec& spec) {
+  // One [q | k | v] projection (weights concatenated per call: cheap next to the matmul, and the
+  // parameters keep HF's names), then the fused norm + RoPE + layout kernel.
+  const at::Tensor weight = at::cat({w.q, w.k, w.v}, 0);
+  const at::Tensor bias = w.q_bias.defined() ? at::cat({w.q_bias, w.k_bias, w.v_bias}, 0) : at::Tensor();
+  return QkvRopeFn::apply(at::linear(x, weight, bias), w.q_norm, w.k_norm, rope.cos, rope.sin, spec.heads,
+                          spec.kv_heads, spec.head_dim, spec.rms_eps);
+}
+
+std::vector<at::Tensor> qkv_rope_ops(const at::Tensor& x, const QkvWeights& w, const Rotary& rope,
+                                     const DecoderSpec& spec) {
+  // [B, T, heads, d] -> per-head RMSNorm over d -> [B, heads, T, d] -> RoPE.
+  const int64_t b = x.size(0), t = x.size(1), d = spec.head_dim;
+  auto heads_of = [&](const at::Tensor& weight, const at::Tensor& bias, int64_t n) {
+    return at::linear(x, weight, bias).view({b, t, n, d});
+  };
+  return {apply_rotary(rms_norm_ops(heads_of(w.q, w.q_bias, spec.heads), w.q_norm, spec.rms_eps).transpose(1, 2), rope),
+          apply_rotary(rms_norm_ops(heads_of(w.k, w.k_bias, spec.kv_heads), w.k_norm, spec.rms_eps).transpose(1, 2), rope),
+          heads_of(w.v, w.v_bias, spec.kv_heads).transpose(1, 2)};
+}
+
+at::Tensor swiglu_mlp_fused(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up) {
+  return SwiGluFn::apply(at::linear(x, at::cat({gate, up}, 0)));
+}
+
+at::Tensor swiglu_mlp_ops(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up) {
+  return at::silu(at::linear(x, gate)) * at::linear(x, up);
+}
+
+// One forward + backward of a step on random leaf tensors of the given shapes, for
+// CpuKernelCalibration. Inputs are drawn on first call from a generator of its own (the global RNG
+// stream, which seeds nothing of the model but may seed a user's code, is left alone); grad mode
+// is switched on, as a step may first run under NoGradGuard (evaluation, the teacher).
+using StepFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+CpuKernelCalibration::Timed timed_step(std::vector<std::vector<int64_t>> shapes, StepFn step) {
+  struct State {
+    std::vector<at::Tensor> inputs, grads;
+  };
+  auto state = std::make_shared<State>();
+  return [state, shapes = std::move(shapes), step = std::move(step)] {
+    at::AutoGradMode grad_mode(true);
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(20261201);
+    if (state->inputs.empty()) {
+      // shapes[0] is the activation (O(1) values); then weight matrices, scaled by 1/sqrt(fan_in)
+      // as at initialization, and vectors (norm gains, biases) near 1.
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        at::Tensor t = at::randn(shapes[i], gen, at::kFloat);
+        if (i > 0 && shapes[i].size() == 2) t /= std::sqrt(static_cast<double>(shapes[i][1]));
+        if (shapes[i].size() == 1) t = t * 0.1 + 1;
+        state->inputs.push_back(t.requires_grad_());
+      }
+    }
+    const std::vector<at::Tensor> outs = step(state->inputs);
+    if (state->grads.empty())
+      for (const at::Tensor& o : outs) state->grads.push_back(at::empty_like(o).normal_(0, 1, gen));
+    torch::autograd::backward(outs, state->grads);
+    for (at::Tensor& t : state->inputs) t.mutable_grad() = at::Tensor();
+  };
+}
+
+bool use_fused_rms_norm(CpuKernels kernels, const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (!fusable(x) || weight.scalar_type() != at::kFloat) return false;
+  const int64_t dim = x.size(-1), rows = x.numel() / dim;
+  const int64_t cal = calibration_rows(rows, 12.0 * static_cast<double>(dim));
+  const std::vector<std::vector<int64_t>> shapes = {{cal, dim}, {dim}};
+  return process_cpu_kernel_calibration().use_fused(
+      kernels, shape_class(FusedStep::kRmsNorm, rows, {dim, 0, 0, 0}, at::get_num_threads()), cal,
+      timed_step(shapes, [eps](const auto& in) { return std::vector<at::Tensor>{RmsNormFn::apply(in[0], in[1], eps)}; }),
+      timed_step(shapes, [eps](const auto& in) { return std::vector<at::Tensor>{rms_norm_ops(in[0], in[1], eps)}; }));
+}
+
+bool use_fused_qkv_rope(const DecoderSpec& spec, const at::Tensor& x) {
+  if (!fusable(x)) return false;
+  const int64_t hidden = x.size(-1), t = x.size(1), rows = x.numel() / hidden, d = spec.head_dim;
+  const int64_t width = (spec.heads + 2 * spec.kv_heads) * d;
+  // Projection forward + two backward matmuls per row, plus the elementwise work (~30 flops/value).
+  const int64_t cal = calibration_rows(rows, 6.0 * double(hidden) * double(width) + 30.0 * double(width));
+  const int64_t cal_t = std::min(t, cal), cal_b = std::max<int64_t>(1, cal / cal_t);
+  std::vector<std::vector<int64_t>> shapes = {{cal_b, cal_t, hidden}, {spec.heads * d, hidden}, {spec.kv_heads * d, hidden},
+                                              {spec.kv_heads * d, hidden}, {d}, {d}};
+  if (spec.attention_bias) shapes.insert(shapes.end(), {{spec.heads * d}, {spec.kv_heads * d}, {spec.kv_heads * d}});
+  auto run = [spec, cal_t](bool fused) -> StepFn {
+    auto rope = std::make_shared<Rotary>(make_rotary(cal_t, spec.head_dim, spec.rope_theta, at::kFloat, at::kCPU));
+    return [spec, rope, fused](const std::vector<at::Tensor>& in) {
+      QkvWeights w{in[1], in[2], in[3], {}, {}, {}, in[4], in[5]};
+      if (in.size() > 6) std::tie(w.q_bias, w.k_bias, w.v_bias) = std::tie(in[6], in[7], in[8]);
+      return fused ? qkv_rope_fused(in[0], w, *rope, spec) : qkv_rope_ops(in[0], w, *rope, spec);
+    };
+  };
+  return process_cpu_kernel_calibration().use_fused(
+      spec.cpu_kernels,
+      shape_class(FusedStep::kQkvRope, rows, {hidden, spec.heads, spec.kv_heads, d}, at::get_num_threads()), cal,
+      timed_step(shapes, run(true)), timed_step(shapes, run(false)));
+}
+
+bool use_fused_swiglu_mlp(CpuKernels kernels, const at::Tensor& x, int64_t intermediate) {
+  if (!fusable(x)) return false;
+  const int64_t hidden = x.size(-1), rows = x.numel() / hidden;
+  // Two projections forward and four matmuls backward per row, plus ~40 flops per SwiGLU value.
+  const int64_t cal = calibration_rows(rows, 12.0 * double(hidden) * double(intermediate) + 40.0 * double(intermediate));
+  const std::vector<std::vector<int64_t>> shapes = {{cal, hidden}, {intermediate, hidden}, {intermediate, hidden}};
+  return process_cpu_kernel_calibration().use_fused(
+      kernels, shape_class(FusedStep::kSwiGluMlp, rows, {hidden, intermediate, 0, 0}, at::get_num_threads()), cal,
+      timed_step(shapes, [](const auto& in) { return std::vector<at::Tensor>{swiglu_mlp_fused(in[0], in[1], in[2])}; }),
+      timed_step(shapes, [](const auto& in) { return std::vector<at::Tensor>{swiglu_mlp_ops(in[0], in[1], in[2])}; }));
+}
+
 }  // namespace
 
 void validate_decoder_spec(const DecoderSpec& spec, const std::string& where) {
@@ -220,12 +345,9 @@ const char* norm_placement_name(NormPlacement norm) {
   return norm == NormPlacement::kPre ? "pre" : "post";
 }
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool fused) {
-  const auto in_dtype = x.scalar_type();
-  if (fusable(x, fused) && weight.scalar_type() == at::kFloat) return RmsNormFn::apply(x, weight, eps);
-  const at::Tensor xf = x.to(at::kFloat);
-  const at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
-  return weight * (xf * at::rsqrt(var + eps)).to(in_dtype);
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, CpuKernels kernels) {
+  if (use_fused_rms_norm(kernels, x, weight, eps)) return RmsNormFn::apply(x, weight, eps);
+  return rms_norm_ops(x, weight, eps);
 }
 
 Rotary make_rotary(int64_t seq_len, int64_t head_dim, double theta, at::ScalarType dtype,
@@ -263,8 +385,8 @@ EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t dim, const at::TensorOptions
 
 at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) { return at::embedding(weight, ids); }
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const at::TensorOptions& options, bool fused_)
-    : eps(eps_), fused(fused_) {
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const at::TensorOptions& options, CpuKernels kernels_)
+    : eps(eps_), kernels(kernels_) {
   weight = register_parameter("weight", at::ones({dim}, options));
 }
 
@@ -276,31 +398,17 @@ AttentionImpl::AttentionImpl(const DecoderSpec& s, const at::TensorOptions& opti
   k_proj = register_module("k_proj", linear(spec.hidden, spec.kv_heads * spec.head_dim));
   v_proj = register_module("v_proj", linear(spec.hidden, spec.kv_heads * spec.head_dim));
   o_proj = register_module("o_proj", linear(spec.heads * spec.head_dim, spec.hidden));
-  q_norm = register_module("q_norm", RMSNorm(spec.head_dim, spec.rms_eps, options, spec.fused_cpu));
-  k_norm = register_module("k_norm", RMSNorm(spec.head_dim, spec.rms_eps, options, spec.fused_cpu));
+  q_norm = register_module("q_norm", RMSNorm(spec.head_dim, spec.rms_eps, options, spec.cpu_kernels));
+  k_norm = register_module("k_norm", RMSNorm(spec.head_dim, spec.rms_eps, options, spec.cpu_kernels));
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const Rotary& rope) {
   const int64_t b = x.size(0), t = x.size(1), d = spec.head_dim;
-  at::Tensor q, k, v;
-  if (fusable(x, spec.fused_cpu)) {
-    // One [q | k | v] projection (weights concatenated per call: cheap next to the matmul, and the
-    // parameters keep HF's names), then the fused norm + RoPE + layout kernel.
-    const at::Tensor w = at::cat({q_proj->weight, k_proj->weight, v_proj->weight}, 0);
-    const at::Tensor bias = spec.attention_bias
-                                ? at::cat({q_proj->bias, k_proj->bias, v_proj->bias}, 0)
-                                : at::Tensor();
-    const auto qkv = QkvRopeFn::apply(at::linear(x, w, bias), q_norm->weight, k_norm->weight, rope.cos,
-                                      rope.sin, spec.heads, spec.kv_heads, d, spec.rms_eps);
-    q = qkv[0];
-    k = qkv[1];
-    v = qkv[2];
-  } else {
-    // [B, T, heads, d] -> per-head RMSNorm over d -> [B, heads, T, d] -> RoPE.
-    q = apply_rotary(q_norm(q_proj(x).view({b, t, spec.heads, d})).transpose(1, 2), rope);
-    k = apply_rotary(k_norm(k_proj(x).view({b, t, spec.kv_heads, d})).transpose(1, 2), rope);
-    v = v_proj(x).view({b, t, spec.kv_heads, d}).transpose(1, 2);
-  }
+  const QkvWeights w{q_proj->weight, k_proj->weight, v_proj->weight, q_proj->bias,
+                     k_proj->bias,   v_proj->bias,   q_norm->weight, k_norm->weight};
+  const std::vector<at::Tensor> qkv =
+      use_fused_qkv_rope(spec, x) ? qkv_rope_fused(x, w, rope, spec) : qkv_rope_ops(x, w, rope, spec);
+  const at::Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];
   // Fused SDPA (flash kernel on CPU and CUDA); enable_gqa lets it read the shared KV heads without
   // materializing repeat_kv. Scale 1/sqrt(head_dim) as HF's `head_dim ** -0.5`.
   const at::Tensor o = at::scaled_dot_product_attention(
@@ -310,7 +418,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const Rotary& rope) {
   return o_proj(o.transpose(1, 2).reshape({b, t, spec.heads * d}));
 }
 
-MlpImpl::MlpImpl(const DecoderSpec& spec, const at::TensorOptions& options) : fused_cpu(spec.fused_cpu) {
+MlpImpl::MlpImpl(const DecoderSpec& spec, const at::TensorOptions& options) : cpu_kernels(spec.cpu_kernels) {
   auto linear = [&](int64_t in, int64_t out) { return Projection(in, out, false, options); };
   gate_proj = register_module("gate_proj", linear(spec.hidden, spec.intermediate));
   up_proj = register_module("up_proj", linear(spec.hidden, spec.intermediate));
@@ -318,11 +426,9 @@ MlpImpl::MlpImpl(const DecoderSpec& spec, const at::TensorOptions& options) : fu
 }
 
 at::Tensor MlpImpl::forward(const at::Tensor& x) {
-  if (fusable(x, fused_cpu)) {
-    const at::Tensor gate_up = at::linear(x, at::cat({gate_proj->weight, up_proj->weight}, 0));
-    return down_proj(SwiGluFn::apply(gate_up));
-  }
-  return down_proj(at::silu(gate_proj(x)) * up_proj(x));
+  const at::Tensor &gate = gate_proj->weight, &up = up_proj->weight;
+  return down_proj(use_fused_swiglu_mlp(cpu_kernels, x, gate.size(0)) ? swiglu_mlp_fused(x, gate, up)
+                                                                       : swiglu_mlp_ops(x, gate, up));
 }
 
 DecoderBlockImpl::DecoderBlockImpl(const DecoderSpec& spec, NormPlacement norm,
@@ -331,9 +437,9 @@ DecoderBlockImpl::DecoderBlockImpl(const DecoderSpec& spec, NormPlacement norm,
   self_attn = register_module("self_attn", Attention(spec, options));
   mlp = register_module("mlp", Mlp(spec, options));
   input_layernorm =
-      register_module("input_layernorm", RMSNorm(spec.hidden, spec.rms_eps, options, spec.fused_cpu));
+      register_module("input_layernorm", RMSNorm(spec.hidden, spec.rms_eps, options, spec.cpu_kernels));
   post_attention_layernorm = register_module("post_attention_layernorm",
-                                             RMSNorm(spec.hidden, spec.rms_eps, options, spec.fused_cpu));
+                                             RMSNorm(spec.hidden, spec.rms_eps, options, spec.cpu_kernels));
 }
 
 at::Tensor DecoderBlockImpl::forward(const at::Tensor& x, const Rotary& rope) {

@@ -8,6 +8,8 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include "model/cpu_kernel_choice.h"
+
 namespace deepen {
 
 // Shapes of one decoder layer. head_dim is its own field (Qwen3 sets it independently of
@@ -21,10 +23,11 @@ struct DecoderSpec {
   double rope_theta = 1'000'000.0;
   double rms_eps = 1e-6;
   bool attention_bias = false;  // q/k/v/o biases (Qwen3 checkpoints: false)
-  // fp32 on CPU: fused projections (q|k|v and gate|up as one matmul each) and the hand-fused kernels
-  // of fused_kernels.h. Same math as the HF op sequence (tests compare both, values and gradients);
-  // false runs that op sequence. bf16 and CUDA always run the op sequence.
-  bool fused_cpu = true;
+  // fp32 on CPU, per step (cpu_kernel_choice.h): fused projections (q|k|v and gate|up as one
+  // matmul each) and the hand-fused kernels of fused_kernels.h, or the HF op sequence; auto takes
+  // whichever this machine runs faster. Same math either way (tests compare both, values and
+  // gradients). bf16 and CUDA always run the op sequence.
+  CpuKernels cpu_kernels = CpuKernels::kAuto;
 };
 
 // Throws InputError "<where>: <field> ..." when a size is not positive or heads % kv_heads != 0.
@@ -41,8 +44,10 @@ const char* norm_placement_name(NormPlacement norm);
 
 // HF's Qwen3RMSNorm: normalize in fp32, cast back to x's dtype, THEN multiply by the weight (in
 // the weight's dtype). For bf16 the order matters: weight * bf16(x_hat), not bf16(weight * x_hat).
-// fused: on fp32 CPU tensors, one pass forward and one backward (fused_kernels.h).
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool fused = true);
+// On fp32 CPU tensors the fused kernel (one pass forward, one backward) may run instead, as chosen
+// by `kernels` (cpu_kernel_choice.h).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
+                    CpuKernels kernels = CpuKernels::kAuto);
 
 // cos/sin tables of rotary embedding for positions 0..seq_len-1, [seq_len, head_dim], computed as
 // HF does (inv_freq = 1 / theta^(arange(0, d, 2) / d) in fp32, angle = pos * inv_freq in fp32,
@@ -84,11 +89,12 @@ TORCH_MODULE(Embedding);
 
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps, const at::TensorOptions& options, bool fused = true);
-  at::Tensor forward(const at::Tensor& x) { return rms_norm(x, weight, eps, fused); }
+  RMSNormImpl(int64_t dim, double eps, const at::TensorOptions& options,
+              CpuKernels kernels = CpuKernels::kAuto);
+  at::Tensor forward(const at::Tensor& x) { return rms_norm(x, weight, eps, kernels); }
   at::Tensor weight;
   double eps;
-  bool fused;
+  CpuKernels kernels;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -108,7 +114,7 @@ class MlpImpl : public torch::nn::Module {
  public:
   MlpImpl(const DecoderSpec& spec, const at::TensorOptions& options);
   at::Tensor forward(const at::Tensor& x);
-  bool fused_cpu;
+  CpuKernels cpu_kernels;
   Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(Mlp);

@@ -63,6 +63,7 @@ StudentSpec student_spec_from_config(const StudentConfig& cfg, int64_t vocab_siz
   spec.decoder.intermediate = cfg.intermediate;
   spec.decoder.rope_theta = cfg.rope_theta;
   spec.decoder.rms_eps = cfg.rms_eps;
+  spec.decoder.cpu_kernels = parse_cpu_kernels(cfg.cpu_kernels, "student.cpu_kernels");
   validate_decoder_spec(spec.decoder, "student");
   if (vocab_size <= 0) throw InputError("student.vocab_size: must be positive, got " + std::to_string(vocab_size));
   if (cfg.layers <= 0) throw InputError("student.layers: must be positive, got " + std::to_string(cfg.layers));
@@ -118,7 +119,7 @@ GrowableStudent::GrowableStudent(const StudentSpec& spec, int64_t depth, uint64_
   layers_ = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < depth; ++i) layers_->push_back(make_block(i));
   if (spec_.norm == NormPlacement::kPre) {
-    norm_ = register_module("norm", RMSNorm(h, spec_.decoder.rms_eps, cpu_f32));
+    norm_ = register_module("norm", RMSNorm(h, spec_.decoder.rms_eps, cpu_f32, spec_.decoder.cpu_kernels));
     norm_->to(device, spec_.dtype);
   }
   if (!spec_.tie_embeddings) {

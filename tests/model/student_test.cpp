@@ -2,6 +2,8 @@
 // checksums, the diagnostics hooks and the post-norm placement behave as documented.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <ATen/ATen.h>
 
 #include "config/config.h"
@@ -188,38 +190,46 @@ namespace deepen {
 namespace {
 
 // The fused fp32 CPU path (one [q|k|v] and one [gate|up] matmul, hand-fused RMSNorm, QK-norm +
-// RoPE and SwiGLU kernels) against the op-by-op HF sequence: same values and same gradients.
+// RoPE and SwiGLU kernels) against the op-by-op HF sequence: same values and same gradients; and
+// "auto" (each step whichever of the two measured faster) within the same bounds.
 TEST(Student, FusedCpuKernelsMatchTheOpSequenceInValuesAndGradients) {
   for (NormPlacement norm : {NormPlacement::kPre, NormPlacement::kPost}) {
     for (bool bias : {false, true}) {
-      StudentSpec spec = small_spec(norm, /*tied=*/false);
-      spec.decoder.attention_bias = bias;
-      spec.decoder.fused_cpu = true;
-      GrowableStudent fused(spec, 3, 21);
-      spec.decoder.fused_cpu = false;
-      GrowableStudent plain(spec, 3, 21);
-      ASSERT_EQ(fused.parameter_checksum(), plain.parameter_checksum());
-      for (auto* s : {&fused, &plain}) {  // O(1) weights so differences would show
-        at::manual_seed(5);
-        at::NoGradGuard no_grad;
-        for (auto& p : s->parameters()) p.copy_(p.dim() == 1 ? 1 + 0.3 * at::randn_like(p) : at::randn_like(p) / std::sqrt(double(p.size(-1))));
-      }
-      const at::Tensor ids = some_ids();
-      const at::Tensor a = fused.forward(ids), b = plain.forward(ids);
-      EXPECT_LT(test::max_abs_diff(a, b), 2e-5) << norm_placement_name(norm) << " bias " << bias;
-      EXPECT_GT(b.abs().max().item<double>(), 1.0);
-      const at::Tensor weights = at::randn_like(a);
-      (a * weights).sum().backward();
-      (b * weights).sum().backward();
-      auto pf = fused.named_parameters(), pp = plain.named_parameters();
-      for (const auto& item : pf) {
-        const at::Tensor gf = item.value().grad(), gp = pp[item.key()].grad();
-        ASSERT_TRUE(gf.defined() && gp.defined()) << item.key();
-        const double scale = std::max(1.0, gp.abs().max().item<double>());
-        EXPECT_LT(test::max_abs_diff(gf, gp) / scale, 1e-4) << item.key();
+      for (CpuKernels mode : {CpuKernels::kFused, CpuKernels::kAuto}) {
+        StudentSpec spec = small_spec(norm, /*tied=*/false);
+        spec.decoder.attention_bias = bias;
+        spec.decoder.cpu_kernels = mode;
+        GrowableStudent fused(spec, 3, 21);
+        spec.decoder.cpu_kernels = CpuKernels::kAten;
+        GrowableStudent plain(spec, 3, 21);
+        ASSERT_EQ(fused.parameter_checksum(), plain.parameter_checksum());
+        for (auto* s : {&fused, &plain}) {  // O(1) weights so differences would show
+          at::manual_seed(5);
+          at::NoGradGuard no_grad;
+          for (auto& p : s->parameters()) p.copy_(p.dim() == 1 ? 1 + 0.3 * at::randn_like(p) : at::randn_like(p) / std::sqrt(double(p.size(-1))));
+        }
+        const at::Tensor ids = some_ids();
+        const at::Tensor a = fused.forward(ids), b = plain.forward(ids);
+        EXPECT_LT(test::max_abs_diff(a, b), 2e-5) << norm_placement_name(norm) << " bias " << bias
+                                               << " " << cpu_kernels_name(mode);
+        EXPECT_GT(b.abs().max().item<double>(), 1.0);
+        const at::Tensor weights = at::randn_like(a);
+        (a * weights).sum().backward();
+        (b * weights).sum().backward();
+        auto pf = fused.named_parameters(), pp = plain.named_parameters();
+        for (const auto& item : pf) {
+          const at::Tensor gf = item.value().grad(), gp = pp[item.key()].grad();
+          ASSERT_TRUE(gf.defined() && gp.defined()) << item.key();
+          const double scale = std::max(1.0, gp.abs().max().item<double>());
+          EXPECT_LT(test::max_abs_diff(gf, gp) / scale, 1e-4) << item.key() << " " << cpu_kernels_name(mode);
+        }
       }
     }
   }
+  // auto measured each step once per shape class (this process may have measured more shapes).
+  std::set<FusedStep> measured;
+  for (const StepCalibration& c : process_cpu_kernel_calibration().measurements()) measured.insert(c.shape.step);
+  EXPECT_EQ(measured, (std::set<FusedStep>{FusedStep::kRmsNorm, FusedStep::kQkvRope, FusedStep::kSwiGluMlp}));
 }
 
 }  // namespace
