@@ -113,7 +113,7 @@ GrowableStudent::GrowableStudent(const StudentSpec& spec, int64_t depth, uint64_
   if (spec_.entry_norm) {
     if (spec_.norm != NormPlacement::kPost)
       throw InputError("student: an entry norm belongs to a post-norm student (pre-norm has its final norm)");
-    entry_norm_ = register_module("entry_norm", RMSNorm(h, spec_.decoder.rms_eps, cpu_f32));
+    entry_norm_ = register_module("entry_norm", RMSNorm(h, spec_.decoder.rms_eps, cpu_f32, spec_.decoder.cpu_kernels));
     entry_norm_->to(device, spec_.dtype);
   }
   layers_ = register_module("layers", torch::nn::ModuleList());
