@@ -45,7 +45,7 @@ TEST(DocumentBatch, LossDivisorWorkedExample) {
 std::shared_ptr<GrowableStudent> tiny_student(NormPlacement norm) {
   StudentSpec spec;
   spec.decoder = DecoderSpec{.hidden = 32, .heads = 4, .kv_heads = 2, .head_dim = 8, .intermediate = 48,
-                             .rope_theta = 10000.0, .rms_eps = 1e-6, .fused_cpu = false};
+                             .rope_theta = 10000.0, .rms_eps = 1e-6, .cpu_kernels = CpuKernels::kAten};
   spec.vocab_size = kVocab;
   spec.max_depth = 2;
   spec.norm = norm;
