@@ -67,7 +67,8 @@ struct DataConfig {
 struct TeacherConfig {
   std::string checkpoint;    // Hugging Face folder: config.json + model.safetensors[.index.json]
   FloatDtype dtype = FloatDtype::kFp32;  // "fp32" | "bf16": compute dtype of the frozen teacher
-  template <class V> void visit(V& v) { v("checkpoint", checkpoint); v("dtype", dtype); }
+  std::string cpu_kernels = "auto";  // "auto" | "fused" | "aten": its fp32 CPU steps (model/cpu_kernel_choice.h)
+  template <class V> void visit(V& v) { v("checkpoint", checkpoint); v("dtype", dtype); v("cpu_kernels", cpu_kernels); }
 };
 
 struct StudentConfig {

@@ -15,9 +15,11 @@
 #include "dist/teacher_pipeline.h"
 #include "launch/job_control.h"
 #include "launch/student_job.h"
+#include "model/cpu_kernel_choice.h"
 #include "model/teacher_stage.h"
 #include "model/torch_dtype.h"
 #include "run_folder/checkpoint_store.h"
+#include "run_folder/run_folder.h"
 #include "train/compute_threads.h"
 #include "train/shard_batch_source.h"
 #include "train/student_trainer.h"
@@ -105,6 +107,8 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
   }
   world->broadcast(resume_step, first_student);
   const int64_t steps_done = resume_step.item<int64_t>() + 1;
+  // Before any model runs: a resumed rank repeats the kernel choices it made before (same rounding).
+  process_cpu_kernel_calibration().record_to(RunFolder(cfg.run.out_dir).cpu_kernel_choices(mpi.rank()), steps_done > 0);
   int64_t end_step = schedule.total_steps();
   if (options.stop_after_steps) end_step = std::min(end_step, *options.stop_after_steps);
   end_step = std::max(end_step, steps_done);
@@ -124,7 +128,8 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
     }
     run.stage = TeacherStage::load(cfg.teacher.checkpoint, me.first_layer, me.last_layer, me.stage == 0,
                                    me.stage == layout.teacher_stages - 1,
-                                   to_scalar_type(cfg.teacher.dtype), device);
+                                   to_scalar_type(cfg.teacher.dtype), device,
+                                   parse_cpu_kernels(cfg.teacher.cpu_kernels, "teacher.cpu_kernels"));
     run.first_step = steps_done;
     run.end_step = end_step;
     run.stop_at = [&control](int64_t s) { return control.stop_at(s); };

@@ -12,7 +12,9 @@
 #include "data/tokenizer.h"
 #include "dist/run_device.h"
 #include "launch/job_control.h"
+#include "model/cpu_kernel_choice.h"
 #include "model/teacher_stage.h"
+#include "run_folder/run_folder.h"
 #include "model/torch_dtype.h"
 #include "train/shard_batch_source.h"
 #include "train/student_group.h"
@@ -27,13 +29,16 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
   const std::string kind = resolve_run_device(cfg.run.device, visible_cuda_devices(), cfg.source);
   const at::Device device = compute_device(kind, "mpi", 0, 1);
   if (options.print_progress) std::cerr << "deepen: computing on " << device.str() << "\n";
+  // Before any model runs: a resumed run repeats the kernel choices it made before (same rounding).
+  process_cpu_kernel_calibration().record_to(RunFolder(cfg.run.out_dir).cpu_kernel_choices(0), options.resume);
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(cfg.data.tokenizer);
   const int64_t vocab = student_vocab_size(cfg, *tokenizer);
   std::unique_ptr<LocalTeacher> teacher;
   if (distill) {
     const int64_t layers = check_teacher_checkpoint(cfg, vocab, *tokenizer);
     auto stage = TeacherStage::load(cfg.teacher.checkpoint, 0, static_cast<int>(layers), true, true,
-                                    to_scalar_type(cfg.teacher.dtype), device);
+                                    to_scalar_type(cfg.teacher.dtype), device,
+                                   parse_cpu_kernels(cfg.teacher.cpu_kernels, "teacher.cpu_kernels"));
     const DistillLossOptions lo = distill_loss_options(cfg.distill);
     teacher = std::make_unique<LocalTeacher>(stage, cfg.distill.logits == "topk" ? cfg.distill.topk : 0,
                                              cfg.distill.temperature, lo.tail, cfg.distill.vocab_chunk);

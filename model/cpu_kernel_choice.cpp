@@ -4,7 +4,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <tuple>
+
+#include <nlohmann/json.hpp>
 
 #include "config/input_error.h"
 
@@ -84,7 +89,82 @@ bool CpuKernelCalibration::use_fused(CpuKernels mode, const StepShape& shape, in
   }
   StepCalibration c{shape, median(fused_ms), median(ops_ms), calibration_rows, fused_is_faster(fused_ms, ops_ms)};
   cache_.emplace(shape, c);
+  if (!record_path_.empty()) write_record_locked();
   return c.fused;
+}
+
+namespace {
+
+std::string decisions_json(const std::map<StepShape, StepCalibration>& cache) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& [shape, c] : cache)
+    list.push_back({{"step", fused_step_name(shape.step)}, {"rows", shape.rows}, {"dims", shape.dims},
+                    {"threads", shape.threads}, {"fused", c.fused}, {"fused_ms", c.fused_ms}, {"ops_ms", c.ops_ms},
+                    {"calibration_rows", c.calibration_rows}});
+  return nlohmann::ordered_json{{"version", 1}, {"decisions", list}}.dump(1) + "\n";
+}
+
+FusedStep parse_step(const std::string& name, const std::string& where) {
+  for (FusedStep s : {FusedStep::kRmsNorm, FusedStep::kQkvRope, FusedStep::kSwiGluMlp})
+    if (name == fused_step_name(s)) return s;
+  throw InputError(where + ": unknown step \"" + name + "\"");
+}
+
+}  // namespace
+
+std::string CpuKernelCalibration::to_json() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return decisions_json(cache_);
+}
+
+std::vector<StepCalibration> CpuKernelCalibration::from_json(const std::string& text, const std::string& where) {
+  std::vector<StepCalibration> out;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (j.at("version").get<int>() != 1)
+      throw InputError(where + ": version " + j.at("version").dump() + " (this build reads version 1)");
+    for (const nlohmann::json& d : j.at("decisions")) {
+      StepCalibration c;
+      c.shape.step = parse_step(d.at("step").get<std::string>(), where);
+      c.shape.rows = d.at("rows").get<int64_t>();
+      c.shape.dims = d.at("dims").get<std::array<int64_t, 4>>();
+      c.shape.threads = d.at("threads").get<int64_t>();
+      c.fused = d.at("fused").get<bool>();
+      c.fused_ms = d.value("fused_ms", 0.0);
+      c.ops_ms = d.value("ops_ms", 0.0);
+      c.calibration_rows = d.value("calibration_rows", int64_t{0});
+      out.push_back(c);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(where + ": not a record of CPU kernel decisions (" + e.what() +
+                     "); delete it to time the kernels again");
+  }
+  return out;
+}
+
+void CpuKernelCalibration::record_to(const std::string& path, bool reuse) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  record_path_ = path;
+  if (!reuse || !std::filesystem::exists(path)) return;
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in && !in.eof()) throw InputError(path + ": cannot read");
+  for (const StepCalibration& c : from_json(text.str(), path)) cache_[c.shape] = c;
+}
+
+void CpuKernelCalibration::write_record_locked() const {
+  namespace fs = std::filesystem;
+  const fs::path path(record_path_), tmp(record_path_ + ".tmp");
+  std::error_code ec;
+  if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << decisions_json(cache_);
+    if (!out.flush()) throw InputError(tmp.string() + ": cannot write the CPU kernel decisions");
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) throw InputError(path.string() + ": cannot write the CPU kernel decisions (" + ec.message() + ")");
 }
 
 std::vector<StepCalibration> CpuKernelCalibration::measurements() const {

@@ -66,6 +66,10 @@ struct StepCalibration {
 // property of the machine, like ATen's CPU capability, and every model in the process (student,
 // teacher stages, tests' second student) should see the same choice for the same shapes, so a
 // resumed or repeated run in the same process repeats the same arithmetic. Tests build their own.
+//
+// A run resumed in a new process must repeat them too (timings differ from process to process, and
+// so would the rounding of the resumed curve): record_to() keeps the decisions in the run folder,
+// one file per rank, and a resumed rank takes its recorded decisions instead of timing again.
 class CpuKernelCalibration {
  public:
   // Times one forward + backward of each implementation: run_fused() / run_ops() each do one
@@ -78,9 +82,23 @@ class CpuKernelCalibration {
   std::vector<StepCalibration> measurements() const;
   int reps = 5;
 
+  // From now on every new decision is written to `path` (whole, temporary file + rename, so a kill
+  // leaves the previous version). With reuse, the decisions already in `path` are taken first (they
+  // replace this process's for the same shapes); a missing file is an empty record. Throws
+  // InputError naming the file when it is not such a record.
+  void record_to(const std::string& path, bool reuse);
+
+  // The JSON text of the decisions, and its inverse (InputError names `where`). Example:
+  //   {"version":1,"decisions":[{"step":"rms_norm","rows":2048,"dims":[256,0,0,0],"threads":2,
+  //    "fused":true,"fused_ms":0.21,"ops_ms":0.35,"calibration_rows":2048}]}
+  std::string to_json() const;
+  static std::vector<StepCalibration> from_json(const std::string& text, const std::string& where);
+
  private:
+  void write_record_locked() const;
   mutable std::mutex mutex_;
   std::map<StepShape, StepCalibration> cache_;
+  std::string record_path_;
 };
 
 CpuKernelCalibration& process_cpu_kernel_calibration();

@@ -77,7 +77,7 @@ void save_student(const GrowableStudent& student, const std::string& path) {
                 {{"format", kFormat}, {"student", spec_json(student).dump()}});
 }
 
-std::shared_ptr<GrowableStudent> load_student(const std::string& path, at::Device device) {
+std::shared_ptr<GrowableStudent> load_student(const std::string& path, at::Device device, CpuKernels kernels) {
   const SafetensorsFile file = SafetensorsFile::open(path);
   const auto& meta = file.metadata();
   auto format = meta.find("format");
@@ -110,6 +110,7 @@ std::shared_ptr<GrowableStudent> load_student(const std::string& path, at::Devic
   } catch (const nlohmann::json::exception& e) {
     throw InputError(path + ": metadata \"student\": " + e.what());
   }
+  spec.decoder.cpu_kernels = kernels;
   auto student = std::make_shared<GrowableStudent>(spec, depth, seed, device);
   std::set<std::string> expected;
   at::NoGradGuard no_grad;

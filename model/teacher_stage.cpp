@@ -37,10 +37,11 @@ void fill(at::Tensor& param, const SafetensorsCheckpoint& ckpt, const ExpectedTe
 }  // namespace
 
 TeacherStage::TeacherStage(const std::string& dir, int first, int last, bool is_first, bool is_last,
-                           at::ScalarType dtype, at::Device device)
+                           at::ScalarType dtype, at::Device device, CpuKernels kernels)
     : first_(first), last_(last), is_first_(is_first), is_last_(is_last), dtype_(dtype), device_(device) {
   config_ = read_qwen3_config(dir + "/config.json");
   spec_ = decoder_spec_from(config_);
+  spec_.cpu_kernels = kernels;
   const int n = static_cast<int>(config_.num_hidden_layers);
   const std::string range = dir + ": teacher stage [" + std::to_string(first) + ", " +
                             std::to_string(last) + ")";
@@ -76,7 +77,7 @@ TeacherStage::TeacherStage(const std::string& dir, int first, int last, bool is_
     layers_->push_back(block);
   }
   if (is_last) {
-    norm_ = register_module("norm", RMSNorm(spec_.hidden, spec_.rms_eps, options));
+    norm_ = register_module("norm", RMSNorm(spec_.hidden, spec_.rms_eps, options, spec_.cpu_kernels));
     fill(norm_->weight, ckpt, expected_final_norm(config_), loaded_);
     const std::optional<ExpectedTensor> head = expected_head(config_);
     if (!head && is_first) {

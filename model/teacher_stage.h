@@ -32,13 +32,14 @@ class TeacherStage : public torch::nn::Module {
   // tensors, each checked against the config (modelio's hf_names table). Throws InputError naming
   // the file and tensor (missing tensor, shape or dtype mismatch, bad config), or the range
   // (need 0 <= first < last <= num_hidden_layers, is_first == (first == 0),
-  // is_last == (last == num_hidden_layers)). dtype: at::kFloat or at::kBFloat16.
+  // is_last == (last == num_hidden_layers)). dtype: at::kFloat or at::kBFloat16. kernels: the fp32
+  // CPU path (teacher.cpu_kernels, model/cpu_kernel_choice.h).
   TeacherStage(const std::string& dir, int first, int last, bool is_first, bool is_last,
-               at::ScalarType dtype, at::Device device = at::kCPU);
+               at::ScalarType dtype, at::Device device = at::kCPU, CpuKernels kernels = CpuKernels::kAuto);
   static std::shared_ptr<TeacherStage> load(const std::string& dir, int first, int last,
                                             bool is_first, bool is_last, at::ScalarType dtype,
-                                            at::Device device = at::kCPU) {
-    return std::make_shared<TeacherStage>(dir, first, last, is_first, is_last, dtype, device);
+                                            at::Device device = at::kCPU, CpuKernels kernels = CpuKernels::kAuto) {
+    return std::make_shared<TeacherStage>(dir, first, last, is_first, is_last, dtype, device, kernels);
   }
 
   at::Tensor forward(const at::Tensor& input);

@@ -8,6 +8,10 @@ namespace fs = std::filesystem;
 
 std::string RunFolder::file(const char* name) const { return (fs::path(dir_) / name).string(); }
 
+std::string RunFolder::cpu_kernel_choices(int world_rank) const {
+  return (fs::path(dir_) / "cpu_kernels" / ("rank" + std::to_string(world_rank) + ".json")).string();
+}
+
 std::string RunFolder::checkpoint_student(const std::string& d) { return (fs::path(d) / "student.safetensors").string(); }
 std::string RunFolder::checkpoint_optimizer(const std::string& d) { return (fs::path(d) / "optimizer.safetensors").string(); }
 std::string RunFolder::checkpoint_progress(const std::string& d) { return (fs::path(d) / "progress.json").string(); }

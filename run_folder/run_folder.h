@@ -15,6 +15,8 @@ namespace deepen {
 //   final_token_rms.json     every token's RMS at every block boundary of the finished student (the
 //                            paper's distribution figure), written at the run's last step
 //   active_layer_tokens.json the active-layer-token record (run_folder/active_layer_tokens.h)
+//   cpu_kernels/rank<R>.json which fp32 CPU kernels "auto" chose on world rank R (model/cpu_kernel_choice.h);
+//                            a resumed rank takes them again, so its rounding repeats the first run's
 //   control.secret           the control plane's per-job secret (mode 0600), when generated
 //   train.log                the run's output when a study or the demo runs it with --log
 //   checkpoints/step_<8 digits>/  student.safetensors, optimizer.safetensors, progress.json and
@@ -33,6 +35,7 @@ class RunFolder {
   std::string final_token_rms_json() const { return file("final_token_rms.json"); }
   std::string active_layer_tokens_json() const { return file("active_layer_tokens.json"); }
   std::string control_secret() const { return file("control.secret"); }
+  std::string cpu_kernel_choices(int world_rank) const;
   std::string train_log() const { return file("train.log"); }
   std::string checkpoints() const { return file("checkpoints"); }
   std::string final_dir() const { return file("final"); }

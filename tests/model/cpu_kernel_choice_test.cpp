@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
+
+#include <unistd.h>
 
 #include "config/input_error.h"
 #include "model/cpu_kernel_choice.h"
@@ -102,6 +106,69 @@ TEST(CpuKernelChoice, AutoPicksTheFasterPathOncePerShapeClass) {
     EXPECT_GE(slow, 3.0);  // slept 3 ms
     EXPECT_LT(fast, slow);
   }
+}
+
+// A resumed run is a new process whose timings may disagree with the first one's: it must take the
+// recorded decisions (the same rounding as the run it continues), not time again.
+TEST(CpuKernelChoice, AResumedProcessTakesTheRecordedDecisionsInsteadOfTimingAgain) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("deepen_cpu_kernels_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string path = (dir / "cpu_kernels" / "rank3.json").string();
+  const StepShape fused_won = shape_class(FusedStep::kSwiGluMlp, 2048, {256, 768, 0, 0}, 2);
+  const StepShape ops_won = shape_class(FusedStep::kRmsNorm, 2048, {64, 0, 0, 0}, 2);
+  {
+    CpuKernelCalibration first;  // the first process: times, and writes each decision as it makes it
+    first.reps = 3;
+    first.record_to(path, /*reuse=*/true);  // nothing recorded yet: an empty record
+    Steps a, b;
+    EXPECT_TRUE(first.use_fused(CpuKernels::kAuto, fused_won, 2048, a.fused(false), a.ops(true)));
+    EXPECT_FALSE(first.use_fused(CpuKernels::kAuto, ops_won, 2048, b.fused(true), b.ops(false)));
+  }
+  ASSERT_TRUE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+
+  // The resumed process: its stand-ins now say the opposite; the record wins and nothing is timed.
+  CpuKernelCalibration resumed;
+  resumed.record_to(path, /*reuse=*/true);
+  Steps s;
+  EXPECT_TRUE(resumed.use_fused(CpuKernels::kAuto, fused_won, 2048, s.fused(true), s.ops(false)));
+  EXPECT_FALSE(resumed.use_fused(CpuKernels::kAuto, ops_won, 2048, s.fused(false), s.ops(true)));
+  EXPECT_EQ(s.fused_calls + s.ops_calls, 0);
+  // A shape the first process never saw is timed (and added to the record).
+  const StepShape fresh_shape = shape_class(FusedStep::kQkvRope, 2048, {256, 4, 2, 64}, 2);
+  EXPECT_TRUE(resumed.use_fused(CpuKernels::kAuto, fresh_shape, 2048, s.fused(false), s.ops(true)));
+  EXPECT_GT(s.fused_calls, 0);
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(CpuKernelCalibration::from_json(text, path).size(), 3u);
+
+  // --fresh (reuse = false): the old record is not taken; the stand-ins decide.
+  CpuKernelCalibration fresh;
+  fresh.reps = 3;
+  fresh.record_to(path, /*reuse=*/false);
+  Steps f;
+  EXPECT_FALSE(fresh.use_fused(CpuKernels::kAuto, fused_won, 2048, f.fused(true), f.ops(false)));
+  fs::remove_all(dir);
+}
+
+TEST(CpuKernelChoice, ABrokenRecordIsAnErrorNamingTheFile) {
+  namespace fs = std::filesystem;
+  const fs::path path = fs::temp_directory_path() / ("deepen_cpu_kernels_bad_" + std::to_string(::getpid()) + ".json");
+  for (const std::string& text : {std::string("{\"version\":1,\"decisions\":[{\"step\":\"rms_no"),
+                                  std::string("{\"version\":2,\"decisions\":[]}"),
+                                  std::string("{\"version\":1,\"decisions\":[{\"step\":\"softmax\",\"rows\":1,"
+                                              "\"dims\":[1,0,0,0],\"threads\":1,\"fused\":true}]}")}) {
+    std::ofstream(path) << text;
+    CpuKernelCalibration cal;
+    try {
+      cal.record_to(path.string(), true);
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos) << e.what();
+    }
+  }
+  fs::remove(path);
 }
 
 }  // namespace
