@@ -11,6 +11,7 @@
 
 #include "curriculum/block_removal.h"
 #include "model/student_io.h"
+#include "tests/model/order_one_weights.h"
 #include "tests/model/qwen3_fixtures.h"
 
 namespace deepen {
@@ -25,18 +26,6 @@ StudentSpec tiny_spec(NormPlacement norm, int64_t max_depth) {
   spec.norm = norm;
   spec.tie_embeddings = false;
   return spec;
-}
-
-// Init std 0.02 leaves every block close to identity and the logits near 0, where any comparison
-// passes: give the weights O(1) activations (1/sqrt(fan_in), embeddings 2/sqrt(hidden), gains ~1).
-void make_blocks_matter(GrowableStudent& s) {
-  at::NoGradGuard no_grad;
-  for (auto& item : s.named_parameters()) {
-    at::Tensor p = item.value();
-    if (item.key().find("norm.weight") != std::string::npos) p.copy_(1 + 0.2 * at::randn_like(p));
-    else if (item.key() == "embed_tokens.weight") p.copy_(at::randn_like(p) * (2 / std::sqrt(double(p.size(1)))));
-    else p.copy_(at::randn_like(p) / std::sqrt(static_cast<double>(p.size(1))));
-  }
 }
 
 // Two rows of 12 positions; row 1 is right-padded after 7 (label −1, arbitrary ids).
@@ -71,7 +60,7 @@ TEST(BlockRemoval, BypassingABlockEqualsTheStudentWithoutIt) {
     for (int64_t L : {1, 2}) {
       at::manual_seed(17);
       GrowableStudent s(tiny_spec(norm, 4), 4, 9);
-      make_blocks_matter(s);
+      test::give_order_one_activations(s);
       const auto [inputs, labels] = padded_batch(0);
       const BlockRemovalResult r = block_removal(s, inputs, labels, L);
       ASSERT_EQ(static_cast<int64_t>(r.blocks.size()), 4 / L);
@@ -104,7 +93,7 @@ TEST(BlockRemoval, BypassingABlockEqualsTheStudentWithoutIt) {
 TEST(BlockRemoval, AnIdentityBlockCostsNothingAndKeepsDirections) {
   at::manual_seed(2);
   GrowableStudent s(tiny_spec(NormPlacement::kPre, 2), 1, 4);
-  make_blocks_matter(s);
+  test::give_order_one_activations(s);
   s.append(1, GrowInit::kIdentity);  // o_proj and down_proj 0: the block adds exactly 0
   const auto [inputs, labels] = padded_batch(0);
   const BlockRemovalResult r = block_removal(s, inputs, labels, 1);
@@ -117,7 +106,7 @@ TEST(BlockRemoval, AnIdentityBlockCostsNothingAndKeepsDirections) {
 TEST(BlockRemoval, PaddingNeverCounts) {
   at::manual_seed(4);
   GrowableStudent s(tiny_spec(NormPlacement::kPost, 2), 2, 4);
-  make_blocks_matter(s);
+  test::give_order_one_activations(s);
   const auto [a_in, a_lab] = padded_batch(0);
   const auto [b_in, b_lab] = padded_batch(41);  // other ids in the padding
   const BlockRemovalResult a = block_removal(s, a_in, a_lab, 1), b = block_removal(s, b_in, b_lab, 1);
@@ -135,7 +124,7 @@ TEST(BlockRemoval, PaddingNeverCounts) {
 TEST(BlockRemoval, TransformersOnTheExportedStudentAgrees) {
   at::manual_seed(23);
   GrowableStudent s(tiny_spec(NormPlacement::kPre, 4), 4, 6);
-  make_blocks_matter(s);
+  test::give_order_one_activations(s);
   const std::string tmp = test::temp_dir("block_removal_hf");
   export_student_hf(s, tmp + "/hf");
   const auto [inputs, labels] = padded_batch(0);

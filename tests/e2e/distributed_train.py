@@ -28,7 +28,9 @@ MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
 # CPU and MPI pinned: these runs are compared bit for bit, and on a one-GPU machine "auto" would
-# put several ranks on the same GPU.
+# put several ranks on the same GPU. The fp32 CPU kernels pinned too: "auto" times them in every
+# process, and two processes may choose differently (a resumed rank repeats its own choices, but a
+# separate run, the single process or another rank, need not make the same ones).
 BASE = """
 [run]
 threads = 1
@@ -40,7 +42,9 @@ valid = "{work}/data/valid"
 seq_len = 32
 [teacher]
 checkpoint = "{work}/teacher/final/hf"
+cpu_kernels = "fused"
 [student]
+cpu_kernels = "fused"
 layers = 3
 hidden = 32
 heads = 4
@@ -112,6 +116,23 @@ def run(cmd, env=None, check=True):
 def records(run_dir, name):
     with open(os.path.join(run_dir, name)) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def rank_pid(run_dir, rank_variable, rank):
+    """The pid of the deepen rank whose command line names run_dir and whose environment has
+    rank_variable=rank (mpirun: OMPI_COMM_WORLD_RANK; srun: SLURM_PROCID)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].endswith(b"deepen") and any(run_dir.encode() in c for c in cmd) and \
+                f"{rank_variable}={rank}".encode() in env:
+            return int(pid)
+    raise AssertionError(f"no process for rank {rank} of {run_dir}")
 
 
 class Cases:

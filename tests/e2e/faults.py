@@ -25,7 +25,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from distributed_train import MPI_ENV, Cases, records, run  # noqa: E402
+from distributed_train import MPI_ENV, Cases, rank_pid, records, run  # noqa: E402
 
 LAYOUT = ["parallel.teacher_stages=2", "parallel.students=2", "curriculum.stage_steps=[40, 40, 40]",
           "checkpoint.every=10", "control.heartbeat_s=0.1", "control.watchdog_s=10"]
@@ -71,22 +71,6 @@ class Faults(Cases):
             time.sleep(0.05)
         raise SystemExit(f"no {n} steps within {timeout} s")
 
-    @staticmethod
-    def rank_pid(out, rank):
-        # The rank's process: its command line names the run folder, its environment the rank.
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-            except OSError:
-                continue
-            if cmd and cmd[0].endswith(b"deepen") and any(out.encode() in c for c in cmd) and \
-                    f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
-                return int(pid)
-        raise SystemExit(f"no process for rank {rank} of {out}")
-
     def resume_and_compare(self, out, expect_in_stderr=()):
         p = run(self.command(out, fresh=False), env=MPI_ENV)
         for text in expect_in_stderr:
@@ -102,7 +86,7 @@ class Faults(Cases):
         out = os.path.join(self.work, f"faults-kill-{what}")
         proc = self.start(out)
         self.wait_for_steps(out, 35, proc)
-        os.kill(self.rank_pid(out, rank), signal.SIGKILL)
+        os.kill(rank_pid(out, "OMPI_COMM_WORLD_RANK", rank), signal.SIGKILL)
         killed = time.time()
         _, err = proc.communicate(timeout=60)
         took = time.time() - killed
@@ -120,7 +104,7 @@ class Faults(Cases):
         out = os.path.join(self.work, "faults-sigusr1")
         proc = self.start(out)
         self.wait_for_steps(out, 25, proc)
-        os.kill(self.rank_pid(out, 1), signal.SIGUSR1)  # a teacher stage: any rank may be signalled
+        os.kill(rank_pid(out, "OMPI_COMM_WORLD_RANK", 1), signal.SIGUSR1)  # a teacher stage: any rank may be signalled
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 3, f"a coordinated stop exits 3 (requeue), got {proc.returncode}: {err[-3000:]}"
         agreed = [l for l in err.splitlines() if "coordinated stop agreed" in l]

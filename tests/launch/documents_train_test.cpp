@@ -29,12 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using test::TinyWorld;
-
-JobOptions quiet() {
-  JobOptions o;
-  o.print_progress = false;
-  return o;
-}
+using test::quiet;
 
 const std::vector<std::string> kDocuments = {"data.packing=\"documents\"", "data.max_len=48"};
 

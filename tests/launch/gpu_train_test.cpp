@@ -29,6 +29,7 @@
 namespace deepen {
 namespace {
 namespace fs = std::filesystem;
+using test::quiet;
 
 bool have_cuda() { return torch::cuda::is_available(); }
 const at::Device kGpu(at::kCUDA, 0);
@@ -40,12 +41,6 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
 
 using GpuWorld = test::TinyWorld;
 using test::kTinyStudentShape;
-
-JobOptions quiet() {
-  JobOptions o;
-  o.print_progress = false;
-  return o;
-}
 
 std::vector<nlohmann::json> metrics_of(const fs::path& run) {
   return read_jsonl((run / "metrics.jsonl").string());

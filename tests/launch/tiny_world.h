@@ -13,10 +13,18 @@
 #include "config/config.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
+#include "launch/student_job.h"
 #include "model/student.h"
 #include "model/student_io.h"
 
 namespace deepen::test {
+
+// Job options for tests: no per-step progress lines.
+inline JobOptions quiet() {
+  JobOptions o;
+  o.print_progress = false;
+  return o;
+}
 
 inline constexpr const char* kTinyStudentShape = R"(
 [student]

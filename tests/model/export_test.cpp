@@ -10,6 +10,7 @@
 
 #include "config/input_error.h"
 #include "model/student_io.h"
+#include "tests/model/order_one_weights.h"
 #include "tests/model/qwen3_fixtures.h"
 
 namespace deepen {
@@ -26,22 +27,6 @@ StudentSpec spec_for(NormPlacement norm, bool tied) {
   return spec;
 }
 
-// Init std 0.02 gives logits of ~0.01, which any tolerance would pass: give the student O(1)
-// activations first (weights 1/sqrt(fan_in), embeddings 2/sqrt(hidden), norm gains around 1).
-void make_logits_large(GrowableStudent& s) {
-  at::NoGradGuard no_grad;
-  for (auto& item : s.named_parameters()) {
-    at::Tensor p = item.value();
-    if (item.key().find("norm.weight") != std::string::npos) {
-      p.copy_(1 + 0.2 * at::randn_like(p));
-    } else if (item.key() == "embed_tokens.weight") {
-      p.copy_(at::randn_like(p) * (2 / std::sqrt(static_cast<double>(p.size(1)))));
-    } else {
-      p.copy_(at::randn_like(p) / std::sqrt(static_cast<double>(p.size(1))));
-    }
-  }
-}
-
 std::string write_ids(const std::string& dir) {
   std::ofstream(dir + "/ids.txt") << "3 14 15 9 26 5 35 8 9 7 9 3 2\n60 0 1\n42\n";
   return dir + "/ids.txt";
@@ -52,7 +37,7 @@ TEST(Export, PreNormStudentLoadsInTransformersWithTheSameLogits) {
     at::manual_seed(11);
     GrowableStudent s(spec_for(NormPlacement::kPre, tied), 2, 3);
     s.append(1, GrowInit::kRandom);  // a grown student exports its active depth
-    make_logits_large(s);
+    test::give_order_one_activations(s);
     const std::string tmp = test::temp_dir(std::string("export_pre_") + (tied ? "tied" : "untied"));
     export_student_hf(s, tmp + "/hf");
     const std::string ids = write_ids(tmp);
@@ -113,6 +98,16 @@ TEST(StudentFile, SaveAndLoadRoundTripKeepsSpecDepthSeedAndWeights) {
   s.append(1, GrowInit::kRandom);
   back->append(1, GrowInit::kRandom);
   EXPECT_EQ(back->parameter_checksum(), s.parameter_checksum());
+}
+
+// The CPU kernel choice is the run's (its config), not the file's: a resumed trainer gets the kernels
+// its config names, so it rounds as the run it continues (e2e.faults.* compare such resumes bit for bit).
+TEST(StudentFile, LoadTakesTheCallersCpuKernelsNotTheDefault) {
+  GrowableStudent s(spec_for(NormPlacement::kPre, false), 2, 5);
+  const std::string tmp = test::temp_dir("student_file_kernels");
+  save_student(s, tmp + "/student.safetensors");
+  for (CpuKernels k : {CpuKernels::kFused, CpuKernels::kAten, CpuKernels::kAuto})
+    EXPECT_EQ(load_student(tmp + "/student.safetensors", at::kCPU, k)->spec().decoder.cpu_kernels, k) << cpu_kernels_name(k);
 }
 
 TEST(StudentFile, ATeacherCheckpointIsNotAStudentFile) {

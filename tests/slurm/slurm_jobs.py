@@ -34,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 from cluster import Cluster, skip_if_unavailable  # noqa: E402
-from distributed_train import MPI_ENV, records, run  # noqa: E402
+from distributed_train import MPI_ENV, rank_pid, records, run  # noqa: E402
 from faults import LAYOUT, Faults  # noqa: E402
 
 SOURCE = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -111,28 +111,12 @@ class Jobs:
             print(f"job {job} ({launcher}): COMPLETED in {time.time() - t0:.1f} s")
             self.compare_with_reference(run_dir, f"run.sbatch under {launcher}")
 
-    @staticmethod
-    def rank_pid(run_dir, rank):
-        # The rank's process: its command line names the run folder, srun gave it SLURM_PROCID.
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-            except OSError:
-                continue
-            if cmd and cmd[0].endswith(b"deepen") and any(run_dir.encode() in a for a in cmd) and \
-                    f"SLURM_PROCID={rank}".encode() in env:
-                return int(pid)
-        raise AssertionError(f"no process for rank {rank} of {run_dir}")
-
     def node_failure(self):
         rank = 3  # student 1
         with Cluster() as c:
             job, run_dir, log = self.submit(c, "node-failure")
             self.wait_for_steps(c, job, run_dir, 35)
-            os.kill(self.rank_pid(run_dir, rank), signal.SIGKILL)
+            os.kill(rank_pid(run_dir, "SLURM_PROCID", rank), signal.SIGKILL)
             killed = time.time()
             info = c.wait_state(job, TERMINAL, timeout=120, poll=0.1)
             took = time.time() - killed
