@@ -12,13 +12,6 @@
 #include "train/trainer.h"
 
 namespace deepen {
-namespace {
-
-// Layers per block: 1 (every layer is a block) until student.block_layers exists (issue 10).
-int64_t block_layers(const Config&) { return 1; }
-
-}  // namespace
-
 void Trainer::diagnose(int64_t step, int stage, const char* event) {
   at::NoGradGuard no_grad;
   const std::string kind = event;
@@ -28,13 +21,14 @@ void Trainer::diagnose(int64_t step, int stage, const char* event) {
   const at::Tensor types = token_types(mb.inputs, mb.labels, run_.tokenizer->eos_id());
   const std::vector<at::Tensor> stream = student_->residual_stream(mb.inputs.to(device_));
   const int64_t depth = student_->depth();
-  const int64_t L = block_layers(cfg_);
+  // Blocks as the curriculum appends them (the paper: 3 layers); the schedule's depths are whole blocks.
+  const int64_t L = cfg_.curriculum.block_layers;
   // stream = [entering layer 0, ..., entering layer depth-1, output of the last layer]: the last
   // entry is the boundary representation an appended block would receive.
   const std::vector<at::Tensor> entering(stream.begin(), stream.end() - 1);
   nlohmann::json record;
   record["residual"] = to_json(residual_scale(entering, stream.back(), classes));
-  record["identity_last_block"] = to_json(identity_mapping(stream[static_cast<size_t>(depth - 1)], stream.back(), classes));
+  record["identity_last_block"] = to_json(identity_mapping(stream[static_cast<size_t>(depth - L)], stream.back(), classes));
   const std::vector<at::Tensor> boundaries = block_boundaries(stream, L);
   nlohmann::json rms = nlohmann::json::array();
   for (const BoundaryRms& b : block_boundary_rms(boundaries, types)) rms.push_back(to_json(b));

@@ -27,15 +27,34 @@ namespace {
 namespace fs = std::filesystem;
 
 using test::TinyWorld;
-
-JobOptions quiet() {
-  JobOptions o;
-  o.print_progress = false;
-  return o;
-}
+using test::quiet;
 
 std::vector<nlohmann::json> records(const fs::path& run, const char* file) {
   return read_jsonl((run / file).string());
+}
+
+// With blocks of L layers (the paper: 3) the diagnostics measure whole blocks: a boundary every L
+// layers, and block removal bypasses L layers at once (so it differs from removing one layer).
+TEST(Trainer, DiagnosticsMeasureTheCurriculumsBlocksOfSeveralLayers) {
+  TinyWorld world;
+  const Config cfg = world.config("blocks-of-two", {"student.layers=4", "curriculum.block_layers=2",
+                                                    "curriculum.stages=[1, 2]", "curriculum.stage_steps=[3, 3]"});
+  ASSERT_EQ(run_train_job(cfg, quiet()), kExitOk);
+  const auto diags = records(world.dir("blocks-of-two"), "diagnostics.jsonl");
+  ASSERT_FALSE(diags.empty());
+  bool saw_two_blocks = false;
+  for (const auto& d : diags) {
+    const int64_t depth = d["depth"].get<int64_t>();
+    ASSERT_EQ(depth % 2, 0) << d.dump();
+    EXPECT_EQ(d["block_layers"].get<int64_t>(), 2);
+    EXPECT_EQ(d["block_rms"].size(), static_cast<size_t>(depth / 2 + 1)) << d.dump();
+    if (d.contains("block_removal")) {
+      EXPECT_EQ(d["block_removal"]["block_layers"].get<int64_t>(), 2);
+      ASSERT_EQ(d["block_removal"]["blocks"].size(), static_cast<size_t>(depth / 2)) << d.dump();
+      saw_two_blocks |= depth == 4;
+    }
+  }
+  EXPECT_TRUE(saw_two_blocks);  // the final diagnostics, at 2 blocks of 2 layers
 }
 
 TEST(Trainer, GrowRunRecordsGrowthEventsEvalAndDiagnostics) {
@@ -81,7 +100,7 @@ TEST(Trainer, GrowRunRecordsGrowthEventsEvalAndDiagnostics) {
                           {"stage_end", 1}, {"periodic", 2}, {"stage_end", 2}, {"periodic", 3}, {"final", 3}}));
     for (const auto& d : diags) {
       const int64_t depth = d["depth"].get<int64_t>();
-      // One layer per block today: a boundary before every layer and after the last.
+      // One layer per block (curriculum.block_layers = 1): a boundary before every layer and after the last.
       ASSERT_EQ(d["block_rms"].size(), static_cast<size_t>(depth + 1)) << d.dump();
       // 2 diagnostic rows of 32: each starts a document; padding never counts.
       const auto& last = d["block_rms"].back();
