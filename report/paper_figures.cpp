@@ -7,17 +7,12 @@
 #include <map>
 #include <sstream>
 
+#include "report/number_text.h"
+
 namespace deepen {
 namespace {
 
-std::string num(double v) {
-  if (!std::isfinite(v)) return "NaN";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.8g", v);
-  return buf;
-}
-
-std::string opt(const std::optional<double>& v) { return v ? num(*v) : "NaN"; }
+std::string opt(const std::optional<double>& v) { return v ? plot_number(*v) : "NaN"; }
 
 std::string quoted(const std::string& s) {
   std::string out = "'";
@@ -33,12 +28,7 @@ const RoleSummary* role_of(const Report& r, const std::string& role) {
 
 // Pre-norm dashed, post-norm solid; one colour per kind (as val_ce).
 std::string style(const RoleSummary& s) {
-  std::string color = "#7f7f7f";
-  if (s.kind == "joint") color = "#1f77b4";
-  if (s.kind == "grow") color = "#d62728";
-  if (s.kind == "joint-matched") color = "#2ca02c";
-  if (s.kind == "single-block") color = "#9467bd";
-  if (s.kind == "freeze") color = "#ff7f0e";
+  const std::string color = kind_color(s.kind);
   return std::string("dt ") + (s.norm == "pre" ? "2" : "1") + " lw 2 lc rgb '" + color + "'";
 }
 
@@ -60,7 +50,7 @@ std::optional<Figure> interaction_figure(const Report& r) {
       const RoleSummary* s = role_of(r, std::string(norm) + "-" + kind);
       if (!s) continue;
       any = true;
-      dat << x << " " << kind << " " << num(s->val_ce.mean) << " " << num(s->val_ce.std.value_or(0)) << "\n";
+      dat << x << " " << kind << " " << plot_number(s->val_ce.mean) << " " << plot_number(s->val_ce.std.value_or(0)) << "\n";
     }
     dat << "\n\n";
   }
@@ -87,7 +77,7 @@ std::optional<Figure> crossover_figure(const Report& r) {
     for (const auto& p : b) pre_at[p.step] = p.val_ce;
     dat << "# " << kind << ": step post_minus_pre\n";
     for (const auto& p : a)
-      if (auto it = pre_at.find(p.step); it != pre_at.end()) dat << p.step + 1 << " " << num(p.val_ce - it->second) << "\n";
+      if (auto it = pre_at.find(p.step); it != pre_at.end()) dat << p.step + 1 << " " << plot_number(p.val_ce - it->second) << "\n";
     dat << "\n\n";
     plot << (index ? ", \\\n     " : "") << "'fig3b_crossover.dat' index " << index << " using 1:2 with linespoints pt 7 ps 0.5 "
          << style(*post) << " title " << quoted(std::string("post - pre, ") + kind);
@@ -185,7 +175,7 @@ std::optional<Figure> final_distribution_figure(const Report& r) {
     std::vector<double> all = f.regular.back();
     all.insert(all.end(), f.document_boundary.back().begin(), f.document_boundary.back().end());
     dat << "# " << s.role << ": rms fraction_of_tokens (last boundary, " << all.size() << " tokens)\n";
-    for (const auto& [x, frac] : log_histogram(all, 10)) dat << num(x) << " " << num(frac) << "\n";
+    for (const auto& [x, frac] : log_histogram(all, 10)) dat << plot_number(x) << " " << plot_number(frac) << "\n";
     dat << "\n\n";
     plot << (index ? ", \\\n     " : "") << "'figA1_token_rms.dat' index " << index << " using 1:2 with steps " << style(s)
          << " title " << quoted(s.role);
@@ -219,7 +209,7 @@ std::optional<Figure> removal_figure(const Report& r) {
     }
     if (n == 0) continue;
     dat << "# " << s.role << ": block delta_ce angle (mean over " << n << " seeds)\n";
-    for (const auto& [b, v] : sum) dat << b << " " << num(v.first / n) << " " << num(v.second / n) << "\n";
+    for (const auto& [b, v] : sum) dat << b << " " << plot_number(v.first / n) << " " << plot_number(v.second / n) << "\n";
     dat << "\n\n";
     const std::string sep = index ? ", \\\n     " : "";
     top << sep << "'figA2_block_removal.dat' index " << index << " using 1:2 with linespoints pt 7 " << style(s)

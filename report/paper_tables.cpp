@@ -8,8 +8,18 @@
 #include <set>
 #include <sstream>
 
+#include "report/number_text.h"
+
 namespace deepen {
 namespace {
+
+// Scheduled steps x active layers, summed over stages: active-layer tokens in steps. Example: grow
+// 3 x 50k steps at 3, 6, 9 layers -> 900k = post-joint-long's 100k steps x 9 layers.
+int64_t layer_steps(const RunData& r) {
+  int64_t sum = 0;
+  for (size_t k = 0; k < r.stage_steps.size() && k < r.stage_depths.size(); ++k) sum += r.stage_steps[k] * r.stage_depths[k];
+  return sum;
+}
 
 // PAPER.md "Reported results" (validation CE at the scheduled end points) and "Diagnostics".
 constexpr double kPreJoint = 2.7603, kPostJoint = 2.7607, kPreGrow = 2.7658, kPostGrow = 2.7330;
@@ -19,31 +29,18 @@ constexpr double kPreSingleCe = 2.9802, kPreSingleKd = 3.0155, kPreSinglePpl = 1
 constexpr double kPostSingleCe = 2.9846, kPostSingleKd = 3.0183, kPostSinglePpl = 19.78;
 constexpr double kPreFreeze = 2.9104, kPostFreeze = 2.8772, kDeltaFreeze = -0.0332;
 
-std::string fixed(double v, int digits = 4) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-std::string signed_fixed(double v, int digits = 4) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%+.*f", digits, v);
-  return buf;
-}
-std::string general(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
-std::string thousands(int64_t v) {
-  std::string s = std::to_string(v);
-  for (int i = static_cast<int>(s.size()) - 3; i > (v < 0 ? 1 : 0); i -= 3) s.insert(static_cast<size_t>(i), ",");
-  return s;
-}
 // "m ± s" over seeds ("m" alone for one seed), `digits` decimals; "—" for no value.
 std::string stat_text(const Stat& s, int digits = 4, bool sign = false) {
   if (s.n == 0) return "—";
   const std::string m = sign ? signed_fixed(s.mean, digits) : fixed(s.mean, digits);
   return m + (s.std ? " ± " + fixed(*s.std, digits) : "");
+}
+
+// The stage-end eval record of phase 0 (the single-block reading of a grow run), if it ran that far.
+const EvalPoint* phase_zero_end(const RunData& run) {
+  for (const EvalPoint& e : run.evals)
+    if (e.stage == 0 && e.stage_end) return &e;
+  return nullptr;
 }
 
 const RoleSummary* role_of(const Report& r, const std::string& role) {
@@ -198,8 +195,40 @@ std::string paper_tables_markdown(const Report& r) {
        << "number (its values, above its CE, suggest the soft cross-entropy = KL + teacher entropy). PPL = exp(CE) "
        << "of each run, then mean over seeds.\n";
     md << config_note({ps ? ps : qs});
+  } else if (pg || qg) {
+    // Under phase_policy = "reset" a grow run's phase 0 is the single-block control (the same one-block
+    // student, seed, data order and a full warmup + cosine), so its phase-0 end point is Table 2.
+    md << "Read from the grow runs at the end of phase 0 (no single-block runs in the report; under "
+       << "curriculum.phase_policy = \"reset\" phase 0 of a grow run is the single-block control).\n\n"
+       << "| norm | runs | step | val CE | paper | KD | paper | PPL | paper |\n|---|---|---|---|---|---|---|---|---|\n";
+    for (auto [s, name, ce, kd, ppl] : {std::tuple{pg, "pre", kPreSingleCe, kPreSingleKd, kPreSinglePpl},
+                                        std::tuple{qg, "post", kPostSingleCe, kPostSingleKd, kPostSinglePpl}}) {
+      if (!s) continue;
+      std::vector<double> c, k, p;
+      int64_t step = -1;
+      for (const RunData* run : s->runs)
+        if (const EvalPoint* e = phase_zero_end(*run)) {
+          c.push_back(e->val_ce);
+          if (e->val_kl) k.push_back(*e->val_kl);
+          p.push_back(e->val_ppl.value_or(std::exp(e->val_ce)));
+          step = e->step;
+        }
+      if (c.empty()) {
+        md << "| " << name << " | " << s->role << " | phase 0 not finished | — | " << fixed(ce) << " | — | " << fixed(kd)
+           << " | — | " << fixed(ppl, 2) << " |\n";
+        continue;
+      }
+      md << "| " << name << " | " << s->role << " | " << thousands(step + 1) << " | " << stat_text(stat(c)) << " | "
+         << fixed(ce) << " | " << (k.empty() ? "—" : stat_text(stat(k))) << " | " << fixed(kd) << " | "
+         << stat_text(stat(p), 2) << " | " << fixed(ppl, 2) << " |\n";
+    }
+    const RoleSummary* g = pg ? pg : qg;
+    if (g->runs.front()->config.curriculum.phase_policy != "reset")
+      md << "\nThese grow runs carry state across phases (phase_policy = \"" << g->runs.front()->config.curriculum.phase_policy
+         << "\"): their phase 0 ran under the whole run's LR schedule, so it is not the paper's single-block run.\n";
+    md << config_note({g});
   } else {
-    md << "Needs pre-single-block and post-single-block runs.\n";
+    md << "Needs pre-single-block and post-single-block runs, or grow runs.\n";
   }
 
   // ---- Table 3 ----
@@ -218,6 +247,17 @@ std::string paper_tables_markdown(const Report& r) {
       // Which of the paper's controls this is, by its budget against post-grow's (within one step).
       if (s->kind == "grow") {
         paper = fixed(kPostGrow), paper_run = "post-grow";
+      } else if (qg && !run.stage_steps.empty() && !qg->runs.front()->stage_steps.empty() &&
+                 run.config.curriculum.budget.empty()) {
+        // Budgets in steps (the paper's unit): exact, and blind to padding, which makes a documents
+        // run's token counts differ between the shard and fresh data.
+        const RunData& grow = *qg->runs.front();
+        if (layer_steps(run) == layer_steps(grow) && run.total_steps != grow.total_steps)
+          paper = fixed(kPostJointLong), paper_run = "post-joint-long (active-layer tokens matched)";
+        else if (run.total_steps == grow.total_steps)
+          paper = fixed(kPostJointLonger), paper_run = "post-joint-longer (total tokens matched)";
+        else if (run.total_steps * 3 == grow.total_steps)
+          paper = fixed(kPostJoint), paper_run = "post-joint (unique tokens matched)";
       } else if (qg && run.tokens_per_step > 0) {
         const int64_t depth = run.stage_depths.empty() ? run.config.student.layers : run.stage_depths.back();
         if (std::llabs(s->active_layer_tokens - qg->active_layer_tokens) <= run.tokens_per_step * depth && s->steps > 0 &&

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/input_error.h"
+#include "report/number_text.h"
 #include "report/paper_tables.h"
 #include "report/report_plots.h"
 #include "run_folder/active_layer_tokens.h"
@@ -49,50 +50,27 @@ const json* field(const json& j, std::initializer_list<const char*> names) {
   return nullptr;
 }
 
-std::string fixed(double v, int digits = 4) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
-std::string signed_fixed(double v, int digits = 4) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%+.*f", digits, v);
-  return buf;
-}
-
-// Full precision for CSV: the test recomputes the values from the records and compares.
-std::string precise(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.12g", v);
-  return buf;
-}
-
-std::string thousands(int64_t v) {
-  std::string s = std::to_string(v);
-  for (int i = static_cast<int>(s.size()) - 3; i > (v < 0 ? 1 : 0); i -= 3) s.insert(static_cast<size_t>(i), ",");
-  return s;
-}
-
 std::string stat_text(const Stat& s) {
   return fixed(s.mean) + (s.std ? " ± " + fixed(*s.std) : "");
 }
 
 // The order roles appear in the table: the paper's core runs first, then the controls.
 int kind_rank(const std::string& kind) {
-  static const std::vector<std::string> order = {"joint", "grow", "joint-matched", "single-block", "freeze"};
+  static const std::vector<std::string> order = {"joint", "grow", "joint-matched", "joint-long", "single-block", "freeze"};
   auto it = std::find(order.begin(), order.end(), kind);
   return it == order.end() ? static_cast<int>(order.size()) + (kind == "pretrain") : static_cast<int>(it - order.begin());
 }
 
 // What makes two runs the same experiment: everything but the run section (name, folder, seed,
-// threads), where the matched budget came from, and operational settings (checkpoints, control).
+// threads), where the matched budget came from, and operational settings (checkpoints, control,
+// which fp32 CPU kernels ran).
 uint64_t experiment_signature(const Config& cfg) {
   Config c = cfg;
   c.run = RunConfig{};
   if (!c.curriculum.budget.empty()) c.curriculum.budget = "active_layer_tokens:matched";
   c.checkpoint = CheckpointConfig{};
   c.control = ControlConfig{};
+  c.student.cpu_kernels = c.teacher.cpu_kernels = "auto";  // rounding, not the experiment
   return config_hash(c);
 }
 
@@ -292,7 +270,17 @@ std::string run_kind(const Config& cfg, const std::string& teacher, int64_t full
   if (cur.mode == "grow") return cur.freeze_prefix ? "freeze" : "grow";
   if (!cur.budget.empty()) return "joint-matched";
   if (cfg.student.layers < full_depth) return "single-block";
-  return "joint";
+  return cur.stages.size() > 1 ? "joint-long" : "joint";
+}
+
+std::string kind_color(const std::string& kind) {
+  if (kind == "joint") return "#1f77b4";
+  if (kind == "grow") return "#d62728";
+  if (kind == "joint-matched") return "#2ca02c";
+  if (kind == "joint-long") return "#17becf";
+  if (kind == "single-block") return "#9467bd";
+  if (kind == "freeze") return "#ff7f0e";
+  return "#7f7f7f";
 }
 
 Stat stat(const std::vector<double>& values) {
@@ -541,7 +529,7 @@ std::string report_markdown(const Report& r) {
   md << "\n## How runs are matched to roles\n\n"
      << "From each run's config.toml, never its name: `joint` = curriculum.mode \"joint\" at the full depth "
      << "(the deepest student of the report), `joint-matched` = joint with curriculum.budget "
-     << "\"active_layer_tokens:<run>\", `single-block` = joint with fewer layers than the full depth, "
+     << "\"active_layer_tokens:<run>\", `joint-long` = joint at the full depth over several phases, `single-block` = joint with fewer layers than the full depth, "
      << "`grow` = mode \"grow\", `freeze` = grow with freeze_prefix; prefixed by student.norm. Runs without a "
      << "teacher are `pretrain`. Runs of one role whose configs differ beyond the run section (name, folder, "
      << "seed), checkpoint and control settings are kept apart.\n";

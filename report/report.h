@@ -101,6 +101,8 @@ DiagnosticPoint parse_diagnostic(const std::string& json_line_or_object);
 //   pretrain      no teacher (run.json teacher starts with "none"): listed, not compared
 //   joint         curriculum.mode = "joint", no budget, student.layers = the study's full depth
 //   joint-matched curriculum.mode = "joint" with budget = "active_layer_tokens:<run>"
+//   joint-long    curriculum.mode = "joint" at full depth, no budget, more than one phase (the
+//                 paper's post-joint-long and -longer: the LR restarts at the grow runs' boundaries)
 //   single-block  curriculum.mode = "joint", student.layers < the study's full depth (the deepest
 //                 student among the runs of the report)
 //   grow          curriculum.mode = "grow", freeze_prefix = false
@@ -108,6 +110,9 @@ DiagnosticPoint parse_diagnostic(const std::string& json_line_or_object);
 // and the role is "<student.norm>-<kind>", e.g. "post-joint-matched".
 //   run_kind(joint, 9 layers, full 9) = "joint"    run_kind(joint, 1 layer, full 9) = "single-block"
 std::string run_kind(const Config& cfg, const std::string& teacher, int64_t full_depth);
+
+// One colour per kind, the same in every plot (val_ce and the paper's figures).
+std::string kind_color(const std::string& kind);
 
 // ---- The report ------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "report/number_text.h"
 #include "report/paper_figures.h"
 #include "study/study_process.h"
 
@@ -19,28 +20,12 @@ namespace {
 const std::vector<std::string> kClasses = {"first", "special", "structural", "content"};
 const std::vector<std::string> kClassColors = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd"};
 
-std::string kind_color(const std::string& kind) {
-  if (kind == "joint") return "#1f77b4";
-  if (kind == "grow") return "#d62728";
-  if (kind == "joint-matched") return "#2ca02c";
-  if (kind == "single-block") return "#9467bd";
-  if (kind == "freeze") return "#ff7f0e";
-  return "#7f7f7f";
-}
-
 // Pre-norm dashed, post-norm solid, so the pair of one kind shares a colour.
 int dash(const std::string& norm) { return norm == "pre" ? 2 : 1; }
 
-std::string num(double v) {
-  if (!std::isfinite(v)) return "NaN";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.8g", v);
-  return buf;
-}
-
 std::string value_or_nan(const ClassValues& m, const std::string& key) {
   auto it = m.find(key);
-  return it == m.end() ? "NaN" : num(it->second);
+  return it == m.end() ? "NaN" : plot_number(it->second);
 }
 
 std::string quoted(const std::string& s) {
@@ -144,7 +129,7 @@ std::vector<std::string> write_report_plots(const Report& report, const ReportOp
     for (const auto& s : report.roles) {
       if (s.kind == "pretrain") continue;
       dat << "# " << s.role << ": step tokens val_ce (mean over " << s.runs.size() << " seeds)\n";
-      for (const auto& p : mean_curve(s)) dat << p.step << " " << p.tokens << " " << num(p.val_ce) << "\n";
+      for (const auto& p : mean_curve(s)) dat << p.step << " " << p.tokens << " " << plot_number(p.val_ce) << "\n";
       dat << "\n\n";
       ++curves;
     }
@@ -195,7 +180,7 @@ std::vector<std::string> write_report_plots(const Report& report, const ReportOp
       body << "set datafile missing 'NaN'\nset logscale y\nset grid\nset key bottom right\n"
            << "set xlabel 'optimizer step'\nset ylabel 'RMS of the boundary representation'\n"
            << "set multiplot layout " << rows << "," << cols << " title 'Residual-stream RMS per token class (dotted: growth)'\n";
-      if (hi > 0 && lo < hi) body << "set yrange [" << num(lo / 1.25) << ":" << num(hi * 1.25) << "]\n";
+      if (hi > 0 && lo < hi) body << "set yrange [" << plot_number(lo / 1.25) << ":" << plot_number(hi * 1.25) << "]\n";
       for (const auto& p : plots) body << p;
       body << "unset multiplot\n";
       write("residual_rms.dat", dat.str());

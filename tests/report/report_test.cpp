@@ -2,9 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -392,6 +394,36 @@ TEST(Report, PlotsAreRenderedFromTheRecordsWithGrowthEventsMarked) {
 }
 
 // The paper's tables from the synthetic study: numbers recomputed from the records' closed forms.
+// Without single-block runs, Table 2 is read from the grow runs' phase-0 end points (PAPER.md: under
+// the reset policy phase 0 of a grow run is the single-block control), mean over seeds.
+TEST(PaperTables, SingleBlockTableReadsTheGrowRunsPhaseZeroEndWithoutSingleBlockRuns) {
+  const std::string root = scratch("table2_from_grow");
+  for (const auto& [n, norm, kind] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"a", "pre", "joint"}, {"b", "post", "joint"}, {"c", "pre", "grow"}, {"pg", "post", "grow"}})
+    for (int64_t seed : {1, 2, 3}) write_run(root, {n, norm, kind, seed});
+  std::vector<RunData> runs;
+  for (const auto& dir : find_run_dirs({root})) runs.push_back(load_run(dir));
+  const std::string md = paper_tables_markdown(build_report(runs));
+  const std::string t2 = md.substr(md.find("## Table 2"), md.find("## Table 3") - md.find("## Table 2"));
+  EXPECT_NE(t2.find("Read from the grow runs at the end of phase 0"), std::string::npos) << t2;
+  // Phase 0 of the fake grow runs ends at step 9 (10 steps): the row shows that step count and the
+  // mean of the three seeds' CE there, and not the runs' final CE.
+  for (const char* norm : {"pre", "post"}) {
+    double sum = 0, last = 0;
+    for (int64_t seed : {1, 2, 3}) {
+      sum += fake_ce({"x", norm, "grow", seed}, 9);
+      last += fake_ce({"x", norm, "grow", seed}, 29);
+    }
+    char want[64], final_ce[64];
+    std::snprintf(want, sizeof want, "| %s | %s-grow | 10 | %.4f", norm, norm, sum / 3);
+    std::snprintf(final_ce, sizeof final_ce, "%.4f", last / 3);
+    EXPECT_NE(t2.find(want), std::string::npos) << want << "\n" << t2;
+    EXPECT_EQ(t2.find(final_ce), std::string::npos) << final_ce << "\n" << t2;
+  }
+  // The fake runs keep AdamW state across phases: the table says their phase 0 is not the paper's run.
+  EXPECT_NE(t2.find("phase_policy = \"keep\""), std::string::npos) << t2;
+}
+
 TEST(PaperTables, InteractionTransitionsRemovalAndResidualScale) {
   const std::string root = write_study("paper_tables");
   ReportOptions o;
