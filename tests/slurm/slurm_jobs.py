@@ -211,9 +211,11 @@ class Jobs:
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
         runs, scripts, report = (os.path.join(out, d) for d in ("runs", "slurm", "report"))
-        # The demo's base config on the e2e fixture's data and teacher (no second teacher to train).
+        # The demo's base config on the e2e fixture's data and teacher (no second teacher to train);
+        # its student takes the teacher's layer shapes (student.init = "teacher").
         sets = [f'data.train="{self.work}/data/train"', f'data.valid="{self.work}/data/valid"',
-                f'teacher.checkpoint="{self.work}/teacher/final/hf"', 'run.device="cpu"']
+                f'teacher.checkpoint="{self.work}/teacher/final/hf"', 'run.device="cpu"',
+                "student.hidden=48", "student.head_dim=12", "student.intermediate=96"]
         cmd = [self.deepen, "study", os.path.join(SOURCE, "configs", "demo", "study_slurm.toml"), "--out", runs,
                "--slurm", scripts, "--gpus-per-node", "4", "--cpus-per-task", "1", "--time", "10"]
         p = subprocess.run(cmd + sum((["--set", x] for x in sets), []), capture_output=True, text=True, timeout=120,
