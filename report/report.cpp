@@ -56,7 +56,7 @@ std::string stat_text(const Stat& s) {
 
 // The order roles appear in the table: the paper's core runs first, then the controls.
 int kind_rank(const std::string& kind) {
-  static const std::vector<std::string> order = {"joint", "grow", "joint-matched", "joint-long", "single-block", "freeze"};
+  static const std::vector<std::string> order = {"joint", "grow", "joint-matched", "joint-long", "joint-longer", "single-block", "freeze"};
   auto it = std::find(order.begin(), order.end(), kind);
   return it == order.end() ? static_cast<int>(order.size()) + (kind == "pretrain") : static_cast<int>(it - order.begin());
 }
@@ -270,7 +270,8 @@ std::string run_kind(const Config& cfg, const std::string& teacher, int64_t full
   if (cur.mode == "grow") return cur.freeze_prefix ? "freeze" : "grow";
   if (!cur.budget.empty()) return "joint-matched";
   if (cfg.student.layers < full_depth) return "single-block";
-  return cur.stages.size() > 1 ? "joint-long" : "joint";
+  if (cur.stages.size() == 1) return "joint";
+  return cur.stages.size() == 2 ? "joint-long" : "joint-longer";
 }
 
 std::string kind_color(const std::string& kind) {
@@ -278,6 +279,7 @@ std::string kind_color(const std::string& kind) {
   if (kind == "grow") return "#d62728";
   if (kind == "joint-matched") return "#2ca02c";
   if (kind == "joint-long") return "#17becf";
+  if (kind == "joint-longer") return "#8c564b";
   if (kind == "single-block") return "#9467bd";
   if (kind == "freeze") return "#ff7f0e";
   return "#7f7f7f";
@@ -529,7 +531,7 @@ std::string report_markdown(const Report& r) {
   md << "\n## How runs are matched to roles\n\n"
      << "From each run's config.toml, never its name: `joint` = curriculum.mode \"joint\" at the full depth "
      << "(the deepest student of the report), `joint-matched` = joint with curriculum.budget "
-     << "\"active_layer_tokens:<run>\", `joint-long` = joint at the full depth over several phases, `single-block` = joint with fewer layers than the full depth, "
+     << "\"active_layer_tokens:<run>\", `joint-long` / `joint-longer` = joint at the full depth over two / three or more phases, `single-block` = joint with fewer layers than the full depth, "
      << "`grow` = mode \"grow\", `freeze` = grow with freeze_prefix; prefixed by student.norm. Runs without a "
      << "teacher are `pretrain`. Runs of one role whose configs differ beyond the run section (name, folder, "
      << "seed), checkpoint and control settings are kept apart.\n";

@@ -101,8 +101,9 @@ DiagnosticPoint parse_diagnostic(const std::string& json_line_or_object);
 //   pretrain      no teacher (run.json teacher starts with "none"): listed, not compared
 //   joint         curriculum.mode = "joint", no budget, student.layers = the study's full depth
 //   joint-matched curriculum.mode = "joint" with budget = "active_layer_tokens:<run>"
-//   joint-long    curriculum.mode = "joint" at full depth, no budget, more than one phase (the
-//                 paper's post-joint-long and -longer: the LR restarts at the grow runs' boundaries)
+//   joint-long    curriculum.mode = "joint" at full depth, no budget, two phases (the paper's
+//                 post-joint-long: the LR restarts at the grow runs' boundary)
+//   joint-longer  the same over three or more phases (the paper's post-joint-longer)
 //   single-block  curriculum.mode = "joint", student.layers < the study's full depth (the deepest
 //                 student among the runs of the report)
 //   grow          curriculum.mode = "grow", freeze_prefix = false

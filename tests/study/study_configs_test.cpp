@@ -52,7 +52,7 @@ TEST(StudyConfigs, PaperStudiesHoldEveryRunOfThePaperWithItsBudgets) {
       {"pre-joint", {"joint", 9, {9}, k50, false}},          {"post-joint", {"joint", 9, {9}, k50, false}},
       {"pre-grow", {"grow", 9, {3, 6, 9}, k50x3, false}},    {"post-grow", {"grow", 9, {3, 6, 9}, k50x3, false}},
       {"post-joint-long", {"joint-long", 9, {9, 9}, k50x2, false}},
-      {"post-joint-longer", {"joint-long", 9, {9, 9, 9}, k50x3, false}},
+      {"post-joint-longer", {"joint-longer", 9, {9, 9, 9}, k50x3, false}},
       {"pre-single-block", {"single-block", 3, {3}, k50, false}},
       {"post-single-block", {"single-block", 3, {3}, k50, false}},
       {"pre-freeze", {"freeze", 9, {3, 6, 9}, k50x3, true}},  {"post-freeze", {"freeze", 9, {3, 6, 9}, k50x3, true}}};
