@@ -250,6 +250,7 @@ void validate_config(const Config& cfg) {
     c.fail("student.tie_embeddings", "must be false with student.init = \"teacher\" (the embedding is frozen, "
                                      "the LM head trains: they cannot be one matrix)");
   c.one_of("student.cpu_kernels", s.cpu_kernels, {"auto", "fused", "aten"});
+  c.one_of("student.recompute", s.recompute, {"none", "layer", "mlp"});
   c.one_of("teacher.cpu_kernels", cfg.teacher.cpu_kernels, {"auto", "fused", "aten"});
   c.positive("student.rope_theta", s.rope_theta);
   c.positive("student.rms_eps", s.rms_eps);

@@ -91,12 +91,13 @@ struct StudentConfig {
   double rms_eps = 1e-6;
   FloatDtype dtype = FloatDtype::kFp32;  // "fp32" | "bf16" parameters and compute
   std::string cpu_kernels = "auto";  // "auto" | "fused" | "aten": fp32 CPU steps (model/cpu_kernel_choice.h)
+  std::string recompute = "none";    // "none" | "layer" | "mlp": activation recomputation (model/recompute.h)
   template <class V> void visit(V& v) {
     v("layers", layers); v("hidden", hidden); v("heads", heads); v("kv_heads", kv_heads);
     v("head_dim", head_dim); v("intermediate", intermediate); v("vocab_size", vocab_size);
     v("norm", norm); v("tie_embeddings", tie_embeddings); v("init", init); v("rope_theta", rope_theta);
     v("rms_eps", rms_eps); v("dtype", dtype);
-    v("cpu_kernels", cpu_kernels);
+    v("cpu_kernels", cpu_kernels); v("recompute", recompute);
   }
 };
 

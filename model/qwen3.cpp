@@ -433,7 +433,7 @@ at::Tensor MlpImpl::forward(const at::Tensor& x) {
 
 DecoderBlockImpl::DecoderBlockImpl(const DecoderSpec& spec, NormPlacement norm,
                                    const at::TensorOptions& options)
-    : placement(norm) {
+    : placement(norm), recompute_mlp(spec.recompute == Recompute::kMlp) {
   self_attn = register_module("self_attn", Attention(spec, options));
   mlp = register_module("mlp", Mlp(spec, options));
   input_layernorm =
@@ -443,12 +443,18 @@ DecoderBlockImpl::DecoderBlockImpl(const DecoderSpec& spec, NormPlacement norm,
 }
 
 at::Tensor DecoderBlockImpl::forward(const at::Tensor& x, const Rotary& rope) {
+  // The MLP sub-layer with its residual add (and, pre-norm, its norm): what recompute = "mlp"
+  // reruns. The add is inside so that h's gradient sums its two uses in the same order either way.
+  auto mlp_sublayer = [pre = placement == NormPlacement::kPre, m = mlp,
+                             n = post_attention_layernorm](const at::Tensor& h) mutable {
+    return h + m->forward(pre ? n->forward(h) : h);
+  };
   if (placement == NormPlacement::kPre) {
     const at::Tensor h = x + self_attn(input_layernorm(x), rope);
-    return h + mlp(post_attention_layernorm(h));
+    return recompute_mlp ? recomputed(mlp_sublayer, h) : mlp_sublayer(h);
   }
   const at::Tensor h = input_layernorm(x + self_attn(x, rope));
-  return post_attention_layernorm(h + mlp(h));
+  return post_attention_layernorm(recompute_mlp ? recomputed(mlp_sublayer, h) : mlp_sublayer(h));
 }
 
 }  // namespace deepen

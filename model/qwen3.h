@@ -9,6 +9,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "model/cpu_kernel_choice.h"
+#include "model/recompute.h"
 
 namespace deepen {
 
@@ -28,6 +29,9 @@ struct DecoderSpec {
   // whichever this machine runs faster. Same math either way (tests compare both, values and
   // gradients). bf16 and CUDA always run the op sequence.
   CpuKernels cpu_kernels = CpuKernels::kAuto;
+  // Activation recomputation under training (recompute.h): kMlp is applied inside each block,
+  // kLayer around whole blocks by their owner (the student).
+  Recompute recompute = Recompute::kNone;
 };
 
 // Throws InputError "<where>: <field> ..." when a size is not positive or heads % kv_heads != 0.
@@ -130,6 +134,7 @@ class DecoderBlockImpl : public torch::nn::Module {
   // x: residual stream [B, T, hidden] at positions 0..T-1; rope from make_rotary(T, ...).
   at::Tensor forward(const at::Tensor& x, const Rotary& rope);
   NormPlacement placement;
+  bool recompute_mlp = false;  // spec.recompute == kMlp
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};

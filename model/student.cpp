@@ -64,6 +64,7 @@ StudentSpec student_spec_from_config(const StudentConfig& cfg, int64_t vocab_siz
   spec.decoder.rope_theta = cfg.rope_theta;
   spec.decoder.rms_eps = cfg.rms_eps;
   spec.decoder.cpu_kernels = parse_cpu_kernels(cfg.cpu_kernels, "student.cpu_kernels");
+  spec.decoder.recompute = parse_recompute(cfg.recompute, "student.recompute");
   validate_decoder_spec(spec.decoder, "student");
   if (vocab_size <= 0) throw InputError("student.vocab_size: must be positive, got " + std::to_string(vocab_size));
   if (cfg.layers <= 0) throw InputError("student.layers: must be positive, got " + std::to_string(cfg.layers));
@@ -245,7 +246,12 @@ at::Tensor GrowableStudent::head_input(const at::Tensor& last_block_output) {
 at::Tensor GrowableStudent::forward_hidden(const at::Tensor& ids) {
   at::Tensor x = embed(ids);  // through the entry norm, if any
   const Rotary rope = rotary(ids.size(1));
-  for (int64_t i = 0; i < depth(); ++i) x = block(i)->forward(x, rope);
+  for (int64_t i = 0; i < depth(); ++i) {
+    if (spec_.decoder.recompute == Recompute::kLayer)
+      x = recomputed([b = block(i), rope](const at::Tensor& in) mutable { return b->forward(in, rope); }, x);
+    else
+      x = block(i)->forward(x, rope);
+  }
   return head_input(x);
 }
 

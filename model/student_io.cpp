@@ -77,7 +77,8 @@ void save_student(const GrowableStudent& student, const std::string& path) {
                 {{"format", kFormat}, {"student", spec_json(student).dump()}});
 }
 
-std::shared_ptr<GrowableStudent> load_student(const std::string& path, at::Device device, CpuKernels kernels) {
+std::shared_ptr<GrowableStudent> load_student(const std::string& path, at::Device device, CpuKernels kernels,
+                                              Recompute recompute) {
   const SafetensorsFile file = SafetensorsFile::open(path);
   const auto& meta = file.metadata();
   auto format = meta.find("format");
@@ -111,6 +112,7 @@ std::shared_ptr<GrowableStudent> load_student(const std::string& path, at::Devic
     throw InputError(path + ": metadata \"student\": " + e.what());
   }
   spec.decoder.cpu_kernels = kernels;
+  spec.decoder.recompute = recompute;
   auto student = std::make_shared<GrowableStudent>(spec, depth, seed, device);
   std::set<std::string> expected;
   at::NoGradGuard no_grad;

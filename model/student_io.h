@@ -23,11 +23,12 @@ void save_student(const GrowableStudent& student, const std::string& path);
 
 // Rebuilds the student a file holds (spec, depth and seed from its metadata, weights from its
 // tensors). Throws InputError naming the file and tensor: not a deepen student file, missing or
-// extra tensor, shape or dtype mismatch. kernels: the fp32 CPU path (student.cpu_kernels), a
-// property of the run, not of the file: a resumed trainer passes its config's, so it rounds as the
-// run it continues did.
+// extra tensor, shape or dtype mismatch. kernels (student.cpu_kernels) and recompute
+// (student.recompute) are properties of the run, not of the file: a resumed trainer passes its
+// config's, so it rounds (and saves memory) as the run it continues did.
 std::shared_ptr<GrowableStudent> load_student(const std::string& path, at::Device device = at::kCPU,
-                                              CpuKernels kernels = CpuKernels::kAuto);
+                                              CpuKernels kernels = CpuKernels::kAuto,
+                                              Recompute recompute = Recompute::kNone);
 
 // A Hugging Face folder: config.json (write_qwen3_config's, plus "deepen_norm" and, for post-norm,
 // "deepen_note") and model.safetensors. Written to <dir>.tmp, then renamed over <dir> (an existing

@@ -71,6 +71,7 @@ uint64_t experiment_signature(const Config& cfg) {
   c.checkpoint = CheckpointConfig{};
   c.control = ControlConfig{};
   c.student.cpu_kernels = c.teacher.cpu_kernels = "auto";  // rounding, not the experiment
+  c.student.recompute = "none";                             // memory, not the experiment
   return config_hash(c);
 }
 

@@ -24,8 +24,10 @@ uint64_t resume_hash(const Config& cfg) {
   c.control = ControlConfig{};
   c.run.threads = 0;
   c.run.device = "auto";
-  // Which fp32 CPU kernels run changes rounding, not the experiment (like threads and device).
+  // Which fp32 CPU kernels run changes rounding, not the experiment (like threads and device);
+  // recomputation changes neither.
   c.student.cpu_kernels = c.teacher.cpu_kernels = "auto";
+  c.student.recompute = "none";
   c.source.clear();
   return config_hash(c);
 }
@@ -70,7 +72,8 @@ void Trainer::restore(const CheckpointStore::Found& found) {
                      ", this config " + std::to_string(resume_hash(cfg_)) +
                      "); resume with the run's own config.toml or use a new run.out_dir");
   student_ = load_student(RunFolder::checkpoint_student(found.dir), device_,
-                          parse_cpu_kernels(cfg_.student.cpu_kernels, "student.cpu_kernels"));
+                          parse_cpu_kernels(cfg_.student.cpu_kernels, "student.cpu_kernels"),
+                          parse_recompute(cfg_.student.recompute, "student.recompute"));
   progress_ = read_train_progress(found.dir);
   // Freeze first: only the parameters that train at the saved step hold optimizer state.
   if (progress_.steps_done > 0) apply_freeze(schedule_.stage_of(progress_.steps_done - 1));

@@ -57,6 +57,33 @@ TEST(Trainer, DiagnosticsMeasureTheCurriculumsBlocksOfSeveralLayers) {
   EXPECT_TRUE(saw_two_blocks);  // the final diagnostics, at 2 blocks of 2 layers
 }
 
+// Recomputation changes memory, not numbers: through growth, a phase reset and the freeze control,
+// runs with student.recompute = layer / mlp write the loss curve and final weights of recompute = none.
+TEST(Trainer, RecomputationLeavesTheLossCurveAndTheWeightsUnchanged) {
+  TinyWorld world;
+  for (const std::string variant : {"grow", "freeze"}) {
+    std::vector<std::string> sets = {"curriculum.phase_policy=reset"};
+    if (variant == "freeze") sets.push_back("curriculum.freeze_prefix=true");
+    std::vector<std::vector<double>> losses;
+    std::vector<uint64_t> checksums;
+    for (const std::string mode : {"none", "layer", "mlp"}) {
+      const std::string name = "recompute-" + variant + "-" + mode;
+      auto with_mode = sets;
+      with_mode.push_back("student.recompute=" + mode);
+      ASSERT_EQ(run_train_job(world.config(name, with_mode), quiet()), kExitOk) << name;
+      std::vector<double> curve;
+      for (const auto& m : records(world.dir(name), "metrics.jsonl")) curve.push_back(m["loss"].get<double>());
+      losses.push_back(curve);
+      checksums.push_back(load_student((world.dir(name) / "final" / "student.safetensors").string())->parameter_checksum());
+    }
+    ASSERT_EQ(losses[0].size(), 9u) << variant;
+    for (size_t k = 1; k < losses.size(); ++k) {
+      EXPECT_EQ(losses[k], losses[0]) << variant << " mode " << k;
+      EXPECT_EQ(checksums[k], checksums[0]) << variant << " mode " << k;
+    }
+  }
+}
+
 TEST(Trainer, GrowRunRecordsGrowthEventsEvalAndDiagnostics) {
   TinyWorld world;
   for (const std::string norm : {"pre", "post"}) {

@@ -94,7 +94,7 @@ TEST(StudyConfigs, PaperBaseConfigsMarkTheirAssumptions) {
       "parquet_text_column", "id_field", "packing", "max_len", "replay_shard_tokens", "valid_documents",
       // teacher and student
       "checkpoint", "dtype", "layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab_size",
-      "norm", "init", "tie_embeddings", "rope_theta", "rms_eps", "cpu_kernels",
+      "norm", "init", "tie_embeddings", "rope_theta", "rms_eps", "cpu_kernels", "recompute",
       // curriculum, objective, optimiser
       "mode", "stages", "block_layers", "stage_steps", "phase_policy", "grow_init", "freeze_prefix", "alpha",
       "temperature", "logits", "vocab_chunk", "lr", "min_lr_ratio", "weight_decay", "betas", "eps", "warmup_steps",
@@ -145,6 +145,7 @@ TEST(StudyConfigs, PaperConfigDryRunResolvesToThePublishedProtocol) {
   EXPECT_EQ(c.curriculum.block_layers, 3);
   EXPECT_EQ(stage_depths(c.curriculum), (std::vector<int64_t>{3, 6, 9}));
   EXPECT_EQ(c.student.init, "teacher");
+  EXPECT_EQ(c.student.recompute, "layer");  // gradient checkpointing on
   EXPECT_FALSE(c.student.tie_embeddings);
   EXPECT_DOUBLE_EQ(c.student.rope_theta, 1e6);
   // Objective: 0.7 KL + 0.3 CE at tau 1, full vocabulary.
