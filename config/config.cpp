@@ -413,6 +413,33 @@ std::string to_toml(const Config& cfg) {
 
 uint64_t config_hash(const Config& cfg) { return hash64(to_toml(cfg)); }
 
+namespace {
+// "section.key" -> value text, in to_toml's order.
+std::vector<std::pair<std::string, std::string>> toml_entries(const Config& cfg) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream in(to_toml(cfg));
+  std::string line, section;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (line.front() == '[') {
+      section = line.substr(1, line.find(']') - 1);
+      continue;
+    }
+    const size_t eq = line.find(" = ");
+    if (eq != std::string::npos) out.emplace_back(section + "." + line.substr(0, eq), line.substr(eq + 3));
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<ConfigDifference> config_differences(const Config& a, const Config& b) {
+  const auto ea = toml_entries(a), eb = toml_entries(b);
+  std::vector<ConfigDifference> out;
+  for (size_t i = 0; i < ea.size() && i < eb.size(); ++i)
+    if (ea[i].second != eb[i].second) out.push_back({ea[i].first, ea[i].second, eb[i].second});
+  return out;
+}
+
 std::vector<int64_t> stage_depths(const CurriculumConfig& cur) {
   std::vector<int64_t> out;
   for (int64_t blocks : cur.stages) out.push_back(blocks * cur.block_layers);

@@ -247,4 +247,12 @@ std::string to_toml(const Config& cfg);
 // A stable hash of the resolved config (hash64 of to_toml), saved with checkpoints.
 uint64_t config_hash(const Config& cfg);
 
+// The keys whose values differ between two configs, in to_toml's order, each as
+// {"section.key", value in a, value in b} (values as TOML text). Example: a with
+// curriculum.stage_steps = [3, 3], b the defaults -> {{"curriculum.stage_steps", "[3, 3]", "[]"}}.
+struct ConfigDifference {
+  std::string key, a, b;
+};
+std::vector<ConfigDifference> config_differences(const Config& a, const Config& b);
+
 }  // namespace deepen

@@ -54,6 +54,9 @@ RunOutcome Trainer::run() {
   } else if (run_.resume) {
     resume_from = store.latest_valid();
   }
+  // Before anything is written: a rejected config must leave the run's config.toml and run.json as
+  // they are (and they name what differs).
+  if (resume_from) check_resumable(*resume_from);
   if (leader_) start_run_folder(resume_from.has_value());
   if (leader_)  // only student 0 writes records
     records_.emplace(out_dir_, resume_from ? std::optional<int64_t>(resume_from->step) : std::nullopt);

@@ -67,6 +67,8 @@ class Trainer {
   // trainer_checkpoint.cpp: the run folder.
   void start_run_folder(bool resuming);
   void checkpoint(CheckpointStore& store, bool final_step);
+  // InputError naming the keys that differ when `found` was written with another config.
+  void check_resumable(const CheckpointStore::Found& found) const;
   void restore(const CheckpointStore::Found& found);
   void finish();
 

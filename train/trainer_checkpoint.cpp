@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include "config/hash.h"
 #include "config/input_error.h"
 #include "data/tokenizer.h"
 #include "model/safetensors.h"
@@ -19,7 +20,10 @@
 
 namespace deepen {
 
-uint64_t resume_hash(const Config& cfg) {
+namespace {
+
+// The settings a checkpoint must be resumed with: all but where and how fast it runs.
+Config resume_relevant(const Config& cfg) {
   Config c = cfg;
   c.control = ControlConfig{};
   c.run.threads = 0;
@@ -29,7 +33,38 @@ uint64_t resume_hash(const Config& cfg) {
   c.student.cpu_kernels = c.teacher.cpu_kernels = "auto";
   c.student.recompute = "none";
   c.source.clear();
-  return config_hash(c);
+  return c;
+}
+
+// Why `found` cannot be resumed with `cfg`, naming the keys that differ from the run's own
+// config.toml when it can be read (it is the config the checkpoint was written with).
+std::string config_mismatch(const Config& cfg, const CheckpointStore::Found& found, const std::string& out_dir) {
+  std::string why = found.dir + ": written by a different config";
+  const std::string saved_path = RunFolder(out_dir).config_toml();
+  try {
+    const Config saved = load_config(saved_path);
+    std::string keys;
+    for (const ConfigDifference& d : config_differences(resume_relevant(saved), resume_relevant(cfg)))
+      keys += (keys.empty() ? "" : "; ") + d.key + " = " + d.a + " there, " + d.b + " here";
+    if (!keys.empty()) why += " (" + saved_path + ": " + keys + ")";
+  } catch (const std::exception&) {
+    // No readable config.toml: the hashes alone.
+  }
+  return why + "; resume with the run's own config.toml or use a new run.out_dir";
+}
+
+}  // namespace
+
+uint64_t resume_hash(const Config& cfg) {
+  // Only the settings that differ from the defaults: a key added by a later version, at a default
+  // that keeps the earlier behaviour, leaves the hash of an existing run unchanged.
+  std::string text;
+  for (const ConfigDifference& d : config_differences(resume_relevant(cfg), Config{})) text += d.key + " = " + d.a + "\n";
+  return hash64(text);
+}
+
+void Trainer::check_resumable(const CheckpointStore::Found& found) const {
+  if (found.config_hash != resume_hash(cfg_)) throw InputError(config_mismatch(cfg_, found, out_dir_));
 }
 
 void Trainer::start_run_folder(bool resuming) {
@@ -67,10 +102,6 @@ void Trainer::checkpoint(CheckpointStore& store, bool final_step) {
 }
 
 void Trainer::restore(const CheckpointStore::Found& found) {
-  if (found.config_hash != resume_hash(cfg_))
-    throw InputError(found.dir + ": written by a different config (hash " + std::to_string(found.config_hash) +
-                     ", this config " + std::to_string(resume_hash(cfg_)) +
-                     "); resume with the run's own config.toml or use a new run.out_dir");
   student_ = load_student(RunFolder::checkpoint_student(found.dir), device_,
                           parse_cpu_kernels(cfg_.student.cpu_kernels, "student.cpu_kernels"),
                           parse_recompute(cfg_.student.recompute, "student.recompute"));

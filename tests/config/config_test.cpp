@@ -136,5 +136,17 @@ TEST(Config, PhasePolicyAndTeacherInitAreChecked) {
   EXPECT_EQ(cfg.curriculum.phase_policy, "keep");    // today's behaviour is the default
 }
 
+// The header's example, and keys that differ nowhere are not listed.
+TEST(Config, DifferencesNameEachKeyWithBothValues) {
+  const Config a = parse_config(kMinimal, "a.toml", {"curriculum.stage_steps=[3, 3, 3]"});
+  const Config b = parse_config(kMinimal, "b.toml", {"curriculum.stage_steps=[3, 3, 4]"});
+  const auto d = config_differences(a, b);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].key, "curriculum.stage_steps");
+  EXPECT_EQ(d[0].a, "[3, 3, 3]");
+  EXPECT_EQ(d[0].b, "[3, 3, 4]");
+  EXPECT_TRUE(config_differences(a, a).empty());
+}
+
 }  // namespace
 }  // namespace deepen

@@ -21,6 +21,7 @@
 #include "run_folder/active_layer_tokens.h"
 #include "run_folder/run_records.h"
 #include "tests/launch/tiny_world.h"
+#include "tests/test_support.h"
 
 namespace deepen {
 namespace {
@@ -181,6 +182,37 @@ TEST(Trainer, GrowRunRecordsGrowthEventsEvalAndDiagnostics) {
     EXPECT_TRUE(fs::exists(run / "final" / "hf" / "config.json"));
     EXPECT_TRUE(fs::exists(run / "config.toml"));
   }
+}
+
+// Resuming with another config is refused before anything is written, naming the keys that differ
+// from the run's config.toml; settings that change only speed or rounding (threads, CPU kernels,
+// recomputation) resume.
+TEST(Trainer, ResumeWithAnotherConfigNamesTheKeyAndLeavesTheRunFolderAsItWas) {
+  TinyWorld world;
+  JobOptions stop = quiet();
+  stop.stop_after_steps = 2;
+  ASSERT_EQ(run_train_job(world.config("changed"), stop), kExitRequeue);
+  const fs::path run = world.dir("changed");
+  const std::string config_before = test::file_text(run / "config.toml");
+  const std::string run_json_before = test::file_text(run / "run.json");
+  try {
+    run_train_job(world.config("changed", {"curriculum.stage_steps=[3, 3, 4]"}), quiet());
+    FAIL() << "resumed with another curriculum";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("written by a different config"), std::string::npos) << what;
+    EXPECT_NE(what.find("curriculum.stage_steps = [3, 3, 3] there, [3, 3, 4] here"), std::string::npos) << what;
+    EXPECT_NE(what.find((run / "config.toml").string()), std::string::npos) << what;
+  }
+  EXPECT_EQ(test::file_text(run / "config.toml"), config_before);
+  EXPECT_EQ(test::file_text(run / "run.json"), run_json_before);
+  EXPECT_EQ(records(run, "metrics.jsonl").size(), 2u);
+  // Speed and rounding only: the run continues.
+  EXPECT_EQ(run_train_job(world.config("changed", {"run.threads=2", "student.cpu_kernels=\"aten\"",
+                                                   "student.recompute=\"layer\""}),
+                          quiet()),
+            kExitOk);
+  EXPECT_EQ(records(run, "metrics.jsonl").size(), 9u);
 }
 
 TEST(Trainer, ResumedRunContinuesTheExactLossCurveAcrossAGrowthEvent) {
