@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "config/input_error.h"
+#include "dist/control/stop_signals.h"
 #include "launch/command_line.h"
 #include "launch/student_job.h"
 
@@ -29,6 +30,9 @@ void add_training_command(CLI::App& app, const char* name, const char* help, boo
                   "stop with a checkpoint after this many optimizer steps (exit code 3, like a preemption)");
   cmd->add_flag("--quiet", opts->quiet, "no per-step progress lines");
   cmd->callback([opts, distill] {
+    // Before anything slow (MPI, loading the teacher): a stop signal is kept until the control
+    // plane can turn it into a coordinated stop, instead of killing a rank that is still starting.
+    control::catch_early_stop_signals();
     const Config cfg = load_config(opts->config);
     if (opts->config.dry_run) return;
     JobOptions job;

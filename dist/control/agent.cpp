@@ -16,6 +16,7 @@
 #include "dist/control/clock.h"
 #include "dist/control/framed_connection.h"
 #include "dist/control/sha256.h"
+#include "dist/control/stop_signals.h"
 
 namespace deepen::control {
 
@@ -395,6 +396,10 @@ void Agent::connect(const Endpoint& coordinator) {
     if (im.opt.handle_signals && !im.signals) {
       im.signals.emplace(im.io, SIGTERM, SIGUSR1);
       im.arm_signals();
+      // A stop signal that came while the job was starting (catch_early_stop_signals) counts now.
+      if (const int signo = take_early_stop_signal())
+        im.request_stop_io(std::string(signo == SIGTERM ? "SIGTERM" : "SIGUSR1") + " on rank " +
+                           std::to_string(im.opt.rank) + " (" + im.opt.host + "), while it was starting");
     }
     im.start_connect();
   });

@@ -1,8 +1,11 @@
 // The ControlPlane facade the trainer uses: host, connect, report, a coordinated stop, requeue exit.
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include "config/input_error.h"
 #include "dist/control/control_plane.h"
+#include "dist/control/stop_signals.h"
 #include "tests/control/control_test_util.h"
 
 namespace deepen::control {
@@ -42,6 +45,30 @@ TEST(ControlPlaneFacade, HostConnectReportStopAndRequeueExitWithoutAbort) {
   p0.shutdown(kExitRequeue);
   EXPECT_FALSE(p0.aborted().has_value());
   EXPECT_FALSE(p1.aborted().has_value());
+}
+
+// A stop signal before the control plane exists (a rank still loading) is kept, not fatal, and the
+// control plane, once connected, turns it into a coordinated stop at the first step.
+TEST(ControlPlaneFacade, StopSignalBeforeTheControlPlaneStartsBecomesACoordinatedStop) {
+  catch_early_stop_signals();
+  std::raise(SIGUSR1);  // the default action would end this test process here
+  ControlConfig cfg;
+  cfg.heartbeat_s = 0.05;
+  cfg.watchdog_s = 2;
+  ControlOptions o = control_options(cfg, 0, 1, generate_secret());
+  o.coordinator_bind = "127.0.0.1";
+  o.handle_signals = true;
+  o.hard_exit_after_s = -1;
+  {
+    ControlPlane p(o);
+    p.connect(p.host_coordinator());
+    ASSERT_TRUE(eventually([&] { return p.coordinator()->stop_step().has_value(); }, 10));
+    EXPECT_EQ(p.stop_step(0), 0) << "stopped before any step: at the first";
+    p.shutdown(kExitRequeue);
+  }
+  EXPECT_EQ(take_early_stop_signal(), 0) << "taken once, by the control plane";
+  std::signal(SIGUSR1, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
 }
 
 }  // namespace

@@ -1,10 +1,17 @@
 // Single-process trainer: growth, eval and diagnostic records, freeze control, exact resume, bad input.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -187,6 +194,50 @@ TEST(Trainer, GrowRunRecordsGrowthEventsEvalAndDiagnostics) {
 // Resuming with another config is refused before anything is written, naming the keys that differ
 // from the run's config.toml; settings that change only speed or rounding (threads, CPU kernels,
 // recomputation) resume.
+// SIGUSR1 (Slurm's warning before the time limit) that arrives while `deepen train` is still
+// starting, before its control plane exists, is kept and becomes a coordinated stop (exit 3), not
+// the signal's default action (death). The test waits until the process catches the signal (SigCgt
+// in /proc: from the first moments of the command), then sends it at once.
+TEST(Trainer, StopSignalDuringStartupIsKeptAndStopsTheRun) {
+  if (!fs::exists(test::kDeepenBin)) GTEST_SKIP() << "deepen not built";
+  TinyWorld world;
+  const Config cfg = world.config("held-signal", {"curriculum.stage_steps=[3000, 3000, 3000]"});
+  const fs::path toml = world.dir("held-signal").string() + ".toml";
+  std::ofstream(toml) << to_toml(cfg);
+  const std::string err = world.dir("held-signal").string() + ".stderr";
+  std::vector<std::string> argv = {test::kDeepenBin, "train", toml.string(), "--fresh", "--quiet"};
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  // SigCgt: the caught-signal mask, hex; SIGUSR1 is bit 10 - 1.
+  auto holds_usr1 = [pid] {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("SigCgt:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> (SIGUSR1 - 1)) & 1;
+    return 0ULL;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!holds_usr1() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const bool held = holds_usr1();
+  kill(pid, held ? SIGUSR1 : SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(held) << "deepen train never caught SIGUSR1 while starting";
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0) << "\n"
+                                 << test::file_text(err);
+  EXPECT_EQ(WEXITSTATUS(status), kExitRequeue) << test::file_text(err);
+  EXPECT_NE(test::file_text(err).find("coordinated stop"), std::string::npos) << test::file_text(err);
+  EXPECT_LT(records(world.dir("held-signal"), "metrics.jsonl").size(), 9000u);  // stopped, not finished
+}
+
 TEST(Trainer, ResumeWithAnotherConfigNamesTheKeyAndLeavesTheRunFolderAsItWas) {
   TinyWorld world;
   JobOptions stop = quiet();
