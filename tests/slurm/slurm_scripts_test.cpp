@@ -246,10 +246,11 @@ TEST(SlurmScripts, StudyArrayRunsOneSeedOrOneListLinePerTask) {
 // mode 0600 and exports the control-plane variables to the ranks.
 TEST(SlurmScripts, Sigusr1IsForwardedAndExitCode3RequeuesTheJob) {
   SlurmSandbox box;
+  // The trap comes before srun.log, the marker the test waits for before it signals.
   box.fake("srun", "env | grep ^DEEPEN_ > " + (box.dir / "srun_env.log").string() +
+                       "\ntrap 'echo USR1 >> " + (box.dir / "signals.log").string() + "; exit 3' USR1" +
                        "\necho \"$@\" > " + (box.dir / "srun.log").string() +
-                       "\ntrap 'echo USR1 >> " + (box.dir / "signals.log").string() + "; exit 3' USR1\n"
-                       "for i in $(seq 300); do sleep 0.1; done\nexit 0");
+                       "\nfor i in $(seq 300); do sleep 0.1; done\nexit 0");
   box.fake_scontrol();
   TestProcess job({"bash", slurm_dir() + "/run.sbatch", (box.dir / "run.toml").string()}, box.env(false), "usr1");
   ASSERT_TRUE(test::eventually([&] { return fs::exists(box.dir / "srun.log"); }, 20)) << job.err();
@@ -276,7 +277,12 @@ TEST(SlurmScripts, CleanExitFailureAndSigtermDoNotRequeue) {
            {"failure", "echo 'rank 2 died' >&2; exit 1", 0, 1},
            {"sigterm", "trap 'exit 3' TERM\nfor i in $(seq 300); do sleep 0.1; done", SIGTERM, 3}}) {
     SlurmSandbox box;
-    box.fake("srun", "echo started > " + (box.dir / "srun.log").string() + "\n" + body);
+    // The marker the test waits for comes after the body's trap (if any): a signal sent once it
+    // exists finds the trap set (written before it, the TERM could beat the trap: exit 143).
+    const std::string marker = "echo started > " + (box.dir / "srun.log").string() + "\n";
+    const bool traps = body.rfind("trap ", 0) == 0;
+    const size_t first_line = body.find('\n') + 1;
+    box.fake("srun", traps ? body.substr(0, first_line) + marker + body.substr(first_line) : marker + body);
     box.fake_scontrol();
     TestProcess job({"bash", slurm_dir() + "/run.sbatch", (box.dir / "run.toml").string()}, box.env(false),
                     "norequeue_" + name);
