@@ -34,8 +34,9 @@ TEST(ControlEndToEnd, Sigusr1ToTheBatchScriptStopsEveryRankAtOneStepAndRequeues)
   };
   write_exe("srun",  // starts SLURM_NTASKS ranks here, forwards signals, exits with the highest code
             "while [[ $1 == --* ]]; do shift; done  # srun's own options\n"
-            "pids=()\nfor ((r = 0; r < SLURM_NTASKS; r++)); do SLURM_PROCID=$r \"$@\" & pids+=($!); done\n"
-            "trap 'kill -USR1 \"${pids[@]}\" 2>/dev/null' USR1\ntrap 'kill -TERM \"${pids[@]}\" 2>/dev/null' TERM\n"
+            // The traps first (they read pids when a signal comes): a signal never beats them.
+            "pids=()\ntrap 'kill -USR1 \"${pids[@]}\" 2>/dev/null' USR1\ntrap 'kill -TERM \"${pids[@]}\" 2>/dev/null' TERM\n"
+            "for ((r = 0; r < SLURM_NTASKS; r++)); do SLURM_PROCID=$r \"$@\" & pids+=($!); done\n"
             "rc=0\nfor p in \"${pids[@]}\"; do\n  while :; do wait \"$p\"; kill -0 \"$p\" 2>/dev/null || break; done\n"
             "  wait \"$p\" 2>/dev/null; c=$?; ((c > rc)) && rc=$c\ndone\nexit $rc");
   write_exe("scontrol", "if [[ $1 == show ]]; then echo \"$3\"; exit; fi\necho \"$@\" >> " +
