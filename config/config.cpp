@@ -413,6 +413,18 @@ std::string to_toml(const Config& cfg) {
 
 uint64_t config_hash(const Config& cfg) { return hash64(to_toml(cfg)); }
 
+Config without_execution_settings(const Config& cfg) {
+  const Config defaults;
+  Config c = cfg;
+  c.run.threads = defaults.run.threads;
+  c.run.device = defaults.run.device;
+  c.student.cpu_kernels = defaults.student.cpu_kernels;
+  c.teacher.cpu_kernels = defaults.teacher.cpu_kernels;
+  c.student.recompute = defaults.student.recompute;
+  c.control = defaults.control;
+  return c;
+}
+
 namespace {
 // "section.key" -> value text, in to_toml's order.
 std::vector<std::pair<std::string, std::string>> toml_entries(const Config& cfg) {

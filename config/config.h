@@ -247,6 +247,12 @@ std::string to_toml(const Config& cfg);
 // A stable hash of the resolved config (hash64 of to_toml), saved with checkpoints.
 uint64_t config_hash(const Config& cfg);
 
+// The config with the settings that change only how a run executes (speed, memory, rounding), never
+// what it trains, put back to their defaults: run.threads, run.device, student.cpu_kernels,
+// teacher.cpu_kernels, student.recompute and [control]. A checkpoint resumes across them and the
+// report counts runs that differ only in them as one experiment.
+Config without_execution_settings(const Config& cfg);
+
 // The keys whose values differ between two configs, in to_toml's order, each as
 // {"section.key", value in a, value in b} (values as TOML text). Example: a with
 // curriculum.stage_steps = [3, 3], b the defaults -> {{"curriculum.stage_steps", "[3, 3]", "[]"}}.

@@ -14,8 +14,8 @@
 #include "launch/job_control.h"
 #include "model/cpu_kernel_choice.h"
 #include "model/teacher_stage.h"
-#include "run_folder/run_folder.h"
 #include "model/torch_dtype.h"
+#include "run_folder/run_folder.h"
 #include "train/shard_batch_source.h"
 #include "train/student_group.h"
 #include "train/student_trainer.h"
@@ -38,7 +38,7 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
     const int64_t layers = check_teacher_checkpoint(cfg, vocab, *tokenizer);
     auto stage = TeacherStage::load(cfg.teacher.checkpoint, 0, static_cast<int>(layers), true, true,
                                     to_scalar_type(cfg.teacher.dtype), device,
-                                   parse_cpu_kernels(cfg.teacher.cpu_kernels, "teacher.cpu_kernels"));
+                                    parse_cpu_kernels(cfg.teacher.cpu_kernels, "teacher.cpu_kernels"));
     const DistillLossOptions lo = distill_loss_options(cfg.distill);
     teacher = std::make_unique<LocalTeacher>(stage, cfg.distill.logits == "topk" ? cfg.distill.topk : 0,
                                              cfg.distill.temperature, lo.tail, cfg.distill.vocab_chunk);

@@ -112,11 +112,6 @@ FusedStep parse_step(const std::string& name, const std::string& where) {
 
 }  // namespace
 
-std::string CpuKernelCalibration::to_json() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return decisions_json(cache_);
-}
-
 std::vector<StepCalibration> CpuKernelCalibration::from_json(const std::string& text, const std::string& where) {
   std::vector<StepCalibration> out;
   try {

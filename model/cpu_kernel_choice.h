@@ -88,10 +88,9 @@ class CpuKernelCalibration {
   // InputError naming the file when it is not such a record.
   void record_to(const std::string& path, bool reuse);
 
-  // The JSON text of the decisions, and its inverse (InputError names `where`). Example:
+  // The decisions in a record's JSON text (InputError names `where`). A record:
   //   {"version":1,"decisions":[{"step":"rms_norm","rows":2048,"dims":[256,0,0,0],"threads":2,
   //    "fused":true,"fused_ms":0.21,"ops_ms":0.35,"calibration_rows":2048}]}
-  std::string to_json() const;
   static std::vector<StepCalibration> from_json(const std::string& text, const std::string& where);
 
  private:

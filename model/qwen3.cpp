@@ -446,7 +446,7 @@ at::Tensor DecoderBlockImpl::forward(const at::Tensor& x, const Rotary& rope) {
   // The MLP sub-layer with its residual add (and, pre-norm, its norm): what recompute = "mlp"
   // reruns. The add is inside so that h's gradient sums its two uses in the same order either way.
   auto mlp_sublayer = [pre = placement == NormPlacement::kPre, m = mlp,
-                             n = post_attention_layernorm](const at::Tensor& h) mutable {
+                       n = post_attention_layernorm](const at::Tensor& h) mutable {
     return h + m->forward(pre ? n->forward(h) : h);
   };
   if (placement == NormPlacement::kPre) {

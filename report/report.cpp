@@ -62,16 +62,13 @@ int kind_rank(const std::string& kind) {
 }
 
 // What makes two runs the same experiment: everything but the run section (name, folder, seed,
-// threads), where the matched budget came from, and operational settings (checkpoints, control,
-// which fp32 CPU kernels ran).
+// threads), where the matched budget came from, checkpoint settings and how the run executed
+// (without_execution_settings: control, CPU kernels, recomputation).
 uint64_t experiment_signature(const Config& cfg) {
-  Config c = cfg;
+  Config c = without_execution_settings(cfg);
   c.run = RunConfig{};
   if (!c.curriculum.budget.empty()) c.curriculum.budget = "active_layer_tokens:matched";
   c.checkpoint = CheckpointConfig{};
-  c.control = ControlConfig{};
-  c.student.cpu_kernels = c.teacher.cpu_kernels = "auto";  // rounding, not the experiment
-  c.student.recompute = "none";                             // memory, not the experiment
   return config_hash(c);
 }
 

@@ -1,10 +1,8 @@
-// What many tests need: the message of an expected InputError, a fresh scratch folder, a file's text.
+// What many tests need: the message of an expected InputError, and a fresh scratch folder.
 #pragma once
 
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <string>
 
 #include "config/input_error.h"
@@ -30,12 +28,6 @@ inline std::filesystem::path scratch_dir(const std::string& suite, const std::st
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
-}
-
-// The whole file as text ("" when it cannot be read).
-inline std::string file_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 }  // namespace deepen::test

@@ -24,14 +24,7 @@ namespace {
 
 // The settings a checkpoint must be resumed with: all but where and how fast it runs.
 Config resume_relevant(const Config& cfg) {
-  Config c = cfg;
-  c.control = ControlConfig{};
-  c.run.threads = 0;
-  c.run.device = "auto";
-  // Which fp32 CPU kernels run changes rounding, not the experiment (like threads and device);
-  // recomputation changes neither.
-  c.student.cpu_kernels = c.teacher.cpu_kernels = "auto";
-  c.student.recompute = "none";
+  Config c = without_execution_settings(cfg);
   c.source.clear();
   return c;
 }

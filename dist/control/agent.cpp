@@ -335,10 +335,15 @@ struct Agent::Impl {
   void arm_signals() {
     signals->async_wait([self = this](const error_code& ec, int signo) {
       if (ec) return;
-      self->request_stop_io(std::string(signo == SIGTERM ? "SIGTERM" : "SIGUSR1") + " on rank " +
-                            std::to_string(self->opt.rank) + " (" + self->opt.host + ")");
+      self->request_stop_io(self->signal_reason(signo));
       self->arm_signals();
     });
+  }
+
+  // "SIGUSR1 on rank 3 (node07)": what a signalled stop says, here and in every rank's log.
+  std::string signal_reason(int signo) const {
+    return std::string(signo == SIGTERM ? "SIGTERM" : "SIGUSR1") + " on rank " + std::to_string(opt.rank) + " (" +
+           opt.host + ")";
   }
 
   void request_stop_io(const std::string& reason) {
@@ -398,8 +403,7 @@ void Agent::connect(const Endpoint& coordinator) {
       im.arm_signals();
       // A stop signal that came while the job was starting (catch_early_stop_signals) counts now.
       if (const int signo = take_early_stop_signal())
-        im.request_stop_io(std::string(signo == SIGTERM ? "SIGTERM" : "SIGUSR1") + " on rank " +
-                           std::to_string(im.opt.rank) + " (" + im.opt.host + "), while it was starting");
+        im.request_stop_io(im.signal_reason(signo) + ", while it was starting");
     }
     im.start_connect();
   });

@@ -148,5 +148,19 @@ TEST(Config, DifferencesNameEachKeyWithBothValues) {
   EXPECT_TRUE(config_differences(a, a).empty());
 }
 
+// Speed, memory and rounding settings are stripped; anything that changes what is trained is kept.
+TEST(Config, WithoutExecutionSettingsKeepsOnlyWhatIsTrained) {
+  const Config a = parse_config(kMinimal, "a.toml");
+  const Config b = parse_config(kMinimal, "b.toml",
+                                {"run.threads=2", "run.device=\"cpu\"", "student.cpu_kernels=\"aten\"",
+                                 "teacher.cpu_kernels=\"fused\"", "student.recompute=\"layer\"", "control.watchdog_s=7"});
+  EXPECT_EQ(config_differences(a, b).size(), 6u);
+  EXPECT_TRUE(config_differences(without_execution_settings(a), without_execution_settings(b)).empty());
+  const Config c = parse_config(kMinimal, "c.toml", {"run.threads=2", "curriculum.stage_steps=[10, 10, 11]"});
+  const auto d = config_differences(without_execution_settings(a), without_execution_settings(c));
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].key, "curriculum.stage_steps");
+}
+
 }  // namespace
 }  // namespace deepen

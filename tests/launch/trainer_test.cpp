@@ -224,8 +224,8 @@ TEST(Trainer, ResumeWithAnotherConfigNamesTheKeyAndLeavesTheRunFolderAsItWas) {
   stop.stop_after_steps = 2;
   ASSERT_EQ(run_train_job(world.config("changed"), stop), kExitRequeue);
   const fs::path run = world.dir("changed");
-  const std::string config_before = test::file_text(run / "config.toml");
-  const std::string run_json_before = test::file_text(run / "run.json");
+  const std::string config_before = test::TestProcess::slurp((run / "config.toml").string());
+  const std::string run_json_before = test::TestProcess::slurp((run / "run.json").string());
   try {
     run_train_job(world.config("changed", {"curriculum.stage_steps=[3, 3, 4]"}), quiet());
     FAIL() << "resumed with another curriculum";
@@ -235,8 +235,8 @@ TEST(Trainer, ResumeWithAnotherConfigNamesTheKeyAndLeavesTheRunFolderAsItWas) {
     EXPECT_NE(what.find("curriculum.stage_steps = [3, 3, 3] there, [3, 3, 4] here"), std::string::npos) << what;
     EXPECT_NE(what.find((run / "config.toml").string()), std::string::npos) << what;
   }
-  EXPECT_EQ(test::file_text(run / "config.toml"), config_before);
-  EXPECT_EQ(test::file_text(run / "run.json"), run_json_before);
+  EXPECT_EQ(test::TestProcess::slurp((run / "config.toml").string()), config_before);
+  EXPECT_EQ(test::TestProcess::slurp((run / "run.json").string()), run_json_before);
   EXPECT_EQ(records(run, "metrics.jsonl").size(), 2u);
   // Speed and rounding only: the run continues.
   EXPECT_EQ(run_train_job(world.config("changed", {"run.threads=2", "student.cpu_kernels=\"aten\"",
