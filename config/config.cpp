@@ -127,6 +127,28 @@ void apply_override(toml::table& root, const std::string& item) {
   }
 }
 
+// parallel.global_batch fixes the sequences per optimizer step; grad_accum follows from the layout.
+// Example: global_batch 64, micro_batch 4: 16 students -> grad_accum 1, 8 -> 2, 2 -> 8, 3 -> error.
+// A grad_accum written beside it must agree (a saved config.toml does: it holds the derived value
+// for its own layout; with another students count, leave grad_accum out).
+void derive_grad_accum(ParallelConfig& p, bool grad_accum_given, const std::string& source) {
+  if (p.global_batch <= 0 || p.students < 1 || p.micro_batch < 1) return;  // validate_config names bad values
+  const int64_t per_accum = p.students * p.micro_batch;
+  const std::string layout = "parallel.students = " + std::to_string(p.students) + " x parallel.micro_batch = " +
+                             std::to_string(p.micro_batch) + " = " + std::to_string(per_accum);
+  if (p.global_batch % per_accum != 0)
+    throw InputError(source + ": parallel.global_batch: " + std::to_string(p.global_batch) +
+                     " sequences do not divide into micro-batches of " + layout +
+                     " per accumulation step; choose students and micro_batch whose product divides it");
+  const int64_t derived = p.global_batch / per_accum;
+  if (grad_accum_given && p.grad_accum != derived)
+    throw InputError(source + ": parallel.grad_accum: " + std::to_string(p.grad_accum) +
+                     " contradicts parallel.global_batch = " + std::to_string(p.global_batch) + " with " + layout +
+                     " (that is grad_accum " + std::to_string(derived) +
+                     "); leave grad_accum out, it follows from global_batch");
+  p.grad_accum = derived;
+}
+
 // Fills in what defaults to other fields (joint stages = [layers], grow stages = 1..layers).
 void resolve(Config& cfg) {
   auto& cur = cfg.curriculum;
@@ -343,6 +365,7 @@ void validate_config(const Config& cfg) {
   c.at_least("parallel.students", p.students, 1);
   c.at_least("parallel.micro_batch", p.micro_batch, 1);
   c.at_least("parallel.grad_accum", p.grad_accum, 1);
+  c.at_least("parallel.global_batch", p.global_batch, 0);
   c.at_least("parallel.max_in_flight", p.max_in_flight, 1);
   if (p.students % p.teacher_pipelines != 0)
     c.fail("parallel.students", "must be a multiple of parallel.teacher_pipelines = " +
@@ -385,6 +408,9 @@ Config parse_config(const std::string& toml_text, const std::string& source,
     if (!sections.count(std::string(k.str())))
       throw InputError(source + ": [" + std::string(k.str()) + "]: unknown section");
   }
+  const toml::node* parallel = root.get("parallel");
+  const bool grad_accum_given = parallel && parallel->is_table() && parallel->as_table()->contains("grad_accum");
+  derive_grad_accum(cfg.parallel, grad_accum_given, source);
   resolve(cfg);
   validate_config(cfg);
   return cfg;
@@ -422,6 +448,20 @@ Config without_execution_settings(const Config& cfg) {
   c.teacher.cpu_kernels = defaults.teacher.cpu_kernels;
   c.student.recompute = defaults.student.recompute;
   c.control = defaults.control;
+  return c;
+}
+
+Config without_layout(const Config& cfg) {
+  const ParallelConfig defaults;
+  Config c = cfg;
+  ParallelConfig& p = c.parallel;
+  p.global_batch = p.students * p.micro_batch * p.grad_accum;
+  p.teacher_pipelines = defaults.teacher_pipelines;
+  p.teacher_stages = defaults.teacher_stages;
+  p.students = defaults.students;
+  p.grad_accum = defaults.grad_accum;
+  p.backend = defaults.backend;
+  p.max_in_flight = defaults.max_in_flight;
   return c;
 }
 

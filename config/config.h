@@ -168,14 +168,18 @@ struct ParallelConfig {
   int64_t teacher_stages = 1;      // P: stages per pipeline
   int64_t students = 1;            // S: data-parallel student ranks, a multiple of T
   int64_t micro_batch = 4;         // sequences per student rank per micro-batch
-  int64_t grad_accum = 1;          // micro-batches per optimizer step
+  int64_t grad_accum = 1;          // micro-batches per optimizer step (derived when global_batch is set)
+  // Sequences per optimizer step, whatever the layout: grad_accum = global_batch / (students ×
+  // micro_batch), an error when that does not divide. 0 = students × micro_batch × grad_accum as
+  // given. Scaling studies set it, so runs on different layouts optimise the same objective.
+  int64_t global_batch = 0;
   std::string backend = "auto";    // "auto" | "mpi" | "nccl"
   FloatDtype activation_dtype = FloatDtype::kFp32;  // between teacher stages: "fp32" | "bf16"
   int64_t max_in_flight = 4;       // micro-batches buffered per pipeline hop (back-pressure)
   template <class V> void visit(V& v) {
     v("teacher_pipelines", teacher_pipelines); v("teacher_stages", teacher_stages);
     v("students", students); v("micro_batch", micro_batch); v("grad_accum", grad_accum);
-    v("backend", backend); v("activation_dtype", activation_dtype);
+    v("global_batch", global_batch); v("backend", backend); v("activation_dtype", activation_dtype);
     v("max_in_flight", max_in_flight);
   }
 };
@@ -252,6 +256,14 @@ uint64_t config_hash(const Config& cfg);
 // teacher.cpu_kernels, student.recompute and [control]. A checkpoint resumes across them and the
 // report counts runs that differ only in them as one experiment.
 Config without_execution_settings(const Config& cfg);
+
+// The config with the rank layout taken out: [parallel]'s teacher_pipelines, teacher_stages,
+// students, grad_accum, backend and max_in_flight back to their defaults and global_batch set to
+// the sequences per optimizer step (students × micro_batch × grad_accum). Two configs equal under it
+// train the same model on the same data order with the same global batch; only the ranks that do
+// it differ. Example: students 4, micro_batch 2, grad_accum 1 and students 2, micro_batch 2,
+// grad_accum 2 both give global_batch 8. micro_batch stays: it defines the eval batches.
+Config without_layout(const Config& cfg);
 
 // The keys whose values differ between two configs, in to_toml's order, each as
 // {"section.key", value in a, value in b} (values as TOML text). Example: a with

@@ -57,16 +57,18 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
   at::NoGradGuard no_grad;
 
   stats.steps_done = run.first_step;
+  StepTimer timer(teacher_time_parts());
   for (int64_t step = run.first_step; step < run.end_step; ++step) {
     if (run.stop_at && run.stop_at(step)) break;
     for (const BatchKey& key : pipeline_items(cfg, schedule, *run.layout, me.pipeline, step)) {
       at::Tensor input;
       uint64_t checksum = 0;
       if (first) {
-        const MicroBatch mb = run.batches->get(key);
+        const MicroBatch mb = timer.time(TeacherPart::kData, [&] { return run.batches->get(key); });
         input = mb.inputs;
         checksum = mb.checksum;
       } else {
+        const StepTimer::Clock::time_point recv_start = StepTimer::Clock::now();
         const at::Tensor wire_header = at::empty({kHeaderWords}, at::TensorOptions().dtype(at::kLong).device(hop_device));
         run.pipeline->recv(wire_header, me.stage - 1, kTagStageHeader);
         const at::Tensor header = wire_header.to(at::kCPU);  // the host reads it (a no-op for MPI)
@@ -81,8 +83,10 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
         // as its longest document (and the last eval batch may hold fewer documents).
         input = at::empty({h[5], h[6], hidden}, at::TensorOptions().dtype(wire).device(hop_device));
         run.pipeline->recv(input, me.stage - 1, kTagStageActivation);
+        timer.add(TeacherPart::kRecvWait, std::chrono::duration<double>(StepTimer::Clock::now() - recv_start).count());
       }
-      const at::Tensor out = run.stage->forward(input);
+      const at::Tensor out = timer.time(TeacherPart::kCompute, [&] { return run.stage->forward(input); });
+      const StepTimer::Clock::time_point send_start = StepTimer::Clock::now();
       if (last) {
         sender->send(key, checksum, out);
       } else {
@@ -102,10 +106,12 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
         hop.activation_req = run.pipeline->isend(hop.activation, me.stage + 1, kTagStageActivation);
         outgoing.push_back(std::move(hop));
       }
+      timer.add(TeacherPart::kSendWait, std::chrono::duration<double>(StepTimer::Clock::now() - send_start).count());
       ++stats.items;
     }
     stats.steps_done = step + 1;
-    if (run.on_step) run.on_step(step + 1);
+    const StepTime step_time = timer.take(step, "teacher");
+    if (run.on_step) timer.time(TeacherPart::kRecords, [&] { run.on_step(step + 1, step_time); });
   }
   for (auto& hop : outgoing) {
     wait_on_host(*hop.header_req);

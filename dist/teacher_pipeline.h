@@ -10,6 +10,7 @@
 #include "config/config.h"
 #include "curriculum/growth_schedule.h"
 #include "dist/logit_channel.h"
+#include "run_folder/step_time.h"
 
 namespace deepen {
 
@@ -36,7 +37,9 @@ struct TeacherStageRun {
   int64_t end_step = 0;
   // Asked before a step's items are produced (steps produced so far); true ends the loop there.
   std::function<bool(int64_t steps_done)> stop_at;
-  std::function<void(int64_t steps_done)> on_step;  // after a step's items went out
+  // After a step's items went out, with where the stage's time went since the previous call
+  // (run_folder/step_time.h, teacher parts); the call itself counts in the next step's "records".
+  std::function<void(int64_t steps_done, const StepTime& time)> on_step;
 };
 
 struct TeacherStageStats {

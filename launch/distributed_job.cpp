@@ -20,6 +20,7 @@
 #include "model/torch_dtype.h"
 #include "run_folder/checkpoint_store.h"
 #include "run_folder/run_folder.h"
+#include "run_folder/step_time.h"
 #include "train/compute_threads.h"
 #include "train/shard_batch_source.h"
 #include "train/student_trainer.h"
@@ -133,8 +134,10 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
     run.first_step = steps_done;
     run.end_step = end_step;
     run.stop_at = [&control](int64_t s) { return control.stop_at(s); };
-    run.on_step = [&](int64_t s) {
-      control.report(s, schedule.stage_of(s - 1), schedule.depth_at(s - 1), {});
+    StepTimeLog time_log(cfg.run.out_dir, mpi.rank(), steps_done > 0 ? std::optional<int64_t>(steps_done - 1) : std::nullopt);
+    run.on_step = [&](int64_t s, const StepTime& t) {
+      time_log.append(t);
+      control.report(s, schedule.stage_of(s - 1), schedule.depth_at(s - 1), step_time_metrics(t));
     };
     const TeacherStageStats stats = run_teacher_stage(run);
     if (options.print_progress && me.stage == layout.teacher_stages - 1 && stats.seconds > 0)
@@ -156,6 +159,7 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
     run.batches = batches.get();
     run.teacher = &teacher;
     run.group = &group;
+    run.world_rank = mpi.rank();
     run.vocab_size = vocab;
     run.device = device;
     run.resume = steps_done > 0;

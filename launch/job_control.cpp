@@ -13,6 +13,7 @@
 #include "dist/communicator.h"
 #include "dist/control/control_plane.h"
 #include "run_folder/run_folder.h"
+#include "run_folder/step_time.h"
 #include "train/student_trainer.h"
 
 namespace deepen {
@@ -89,10 +90,17 @@ void JobControl::report(int64_t steps_done, int64_t stage, int64_t depth,
 
 void JobControl::shutdown(int exit_code) { plane_->shutdown(exit_code); }
 
+std::vector<std::pair<std::string, double>> step_time_metrics(const StepTime& t) {
+  std::vector<std::pair<std::string, double>> out = {{"step_seconds", t.seconds}};
+  for (const auto& [part, s] : t.parts) out.emplace_back("step_" + part + "_seconds", s);
+  return out;
+}
+
 void report_step(JobControl& control, const StepReport& r) {
   std::vector<std::pair<std::string, double>> metrics = {
       {"train_loss", r.loss}, {"train_kl", r.kl}, {"train_ce", r.ce}, {"lr", r.lr},
       {"tokens_per_s", r.tokens_per_s}, {"channel_bytes_per_s", r.channel_bytes_per_s}};
+  for (const auto& m : step_time_metrics({r.step, "student", r.step_seconds, r.time_parts})) metrics.push_back(m);
   if (r.last_eval_ce >= 0) metrics.emplace_back("eval_ce", r.last_eval_ce);
   if (r.last_eval_kl >= 0) metrics.emplace_back("eval_kl", r.last_eval_kl);
   control.report(r.step + 1, r.stage, r.depth, metrics);

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -40,7 +41,10 @@ class JobControl {
 };
 
 struct StepReport;
+struct StepTime;
 // A student's step as heartbeat metrics (what /metrics shows).
 void report_step(JobControl& control, const StepReport& report);
+// A step's time breakdown as metrics: step_seconds and step_<part>_seconds (every rank's role).
+std::vector<std::pair<std::string, double>> step_time_metrics(const StepTime& t);
 
 }  // namespace deepen

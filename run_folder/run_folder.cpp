@@ -12,6 +12,10 @@ std::string RunFolder::cpu_kernel_choices(int world_rank) const {
   return (fs::path(dir_) / "cpu_kernels" / ("rank" + std::to_string(world_rank) + ".json")).string();
 }
 
+std::string RunFolder::step_time_jsonl(int world_rank) const {
+  return (fs::path(dir_) / "step_time" / ("rank" + std::to_string(world_rank) + ".jsonl")).string();
+}
+
 std::string RunFolder::checkpoint_student(const std::string& d) { return (fs::path(d) / "student.safetensors").string(); }
 std::string RunFolder::checkpoint_optimizer(const std::string& d) { return (fs::path(d) / "optimizer.safetensors").string(); }
 std::string RunFolder::checkpoint_progress(const std::string& d) { return (fs::path(d) / "progress.json").string(); }

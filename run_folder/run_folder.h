@@ -36,6 +36,7 @@ class RunFolder {
   std::string active_layer_tokens_json() const { return file("active_layer_tokens.json"); }
   std::string control_secret() const { return file("control.secret"); }
   std::string cpu_kernel_choices(int world_rank) const;
+  std::string step_time_jsonl(int world_rank) const;  // step_time/rank<R>.jsonl (run_folder/step_time.h)
   std::string train_log() const { return file("train.log"); }
   std::string checkpoints() const { return file("checkpoints"); }
   std::string final_dir() const { return file("final"); }

@@ -60,6 +60,7 @@ RunOutcome Trainer::run() {
   if (leader_) start_run_folder(resume_from.has_value());
   if (leader_)  // only student 0 writes records
     records_.emplace(out_dir_, resume_from ? std::optional<int64_t>(resume_from->step) : std::nullopt);
+  time_log_.emplace(out_dir_, run_.world_rank, resume_from ? std::optional<int64_t>(resume_from->step) : std::nullopt);
 
   if (resume_from) {
     restore(*resume_from);
@@ -77,7 +78,7 @@ RunOutcome Trainer::run() {
   group_.check_same(student_->parameter_checksum(), "initial student parameters", progress_.steps_done);
 
   const int64_t total = schedule_.total_steps();
-  auto tick = Clock::now();
+  timer_.restart();
   int64_t last_channel_bytes = run_.teacher ? run_.teacher->channel_bytes() : 0;
   int64_t saved = progress_.steps_done;  // steps covered by the newest checkpoint of this run
   for (int64_t step = progress_.steps_done; step < total; ++step) {
@@ -85,11 +86,11 @@ RunOutcome Trainer::run() {
     // rank to ask at the same point): stop here, with the state after `step` steps saved.
     if ((run_.stop_after_steps && step >= *run_.stop_after_steps) ||
         (run_.stop_requested && run_.stop_requested(step))) {
-      if (step > saved) checkpoint(store, false);
+      if (step > saved) timer_.time(StudentPart::kCheckpoint, [&] { checkpoint(store, false); });
       return RunOutcome::kStopped;
     }
     const int stage = schedule_.stage_of(step);
-    if (schedule_.is_phase_start(step)) begin_phase(step, stage);
+    if (schedule_.is_phase_start(step)) timer_.time(StudentPart::kGrowth, [&] { begin_phase(step, stage); });
 
     // This student's micro-batches of the step, in the order the teacher sends their targets.
     const bool eval_after = is_eval_step(cfg_, schedule_, step);
@@ -101,9 +102,10 @@ RunOutcome Trainer::run() {
     progress_.tokens += losses.tokens;
     progress_.active_layer_tokens += losses.tokens * student_->depth();
 
-    const auto now = Clock::now();
-    const double seconds = std::chrono::duration<double>(now - tick).count();
-    tick = now;
+    // The step's record covers the wall time since the previous one (run_folder/step_time.h).
+    const StepTime step_time = timer_.take(step, "student");
+    const double seconds = step_time.seconds;
+    const auto records_start = Clock::now();
     StepReport report;
     report.step = step;
     report.total_steps = total;
@@ -117,6 +119,9 @@ RunOutcome Trainer::run() {
     const int64_t channel_bytes = run_.teacher ? run_.teacher->channel_bytes() : 0;
     report.channel_bytes_per_s = seconds > 0 ? static_cast<double>(channel_bytes - last_channel_bytes) / seconds : 0;
     last_channel_bytes = channel_bytes;
+    report.step_seconds = step_time.seconds;
+    report.time_parts = step_time.parts;
+    time_log_->append(step_time);
     if (records_) {
       records_->metrics({{"step", step},
                          {"stage", stage},
@@ -129,21 +134,28 @@ RunOutcome Trainer::run() {
                          {"tokens", progress_.tokens},
                          {"active_layer_tokens", progress_.active_layer_tokens},
                          {"tokens_per_s", report.tokens_per_s},
-                         {"channel_bytes", channel_bytes}});
+                         {"channel_bytes", channel_bytes},
+                         {"time_s", step_time.seconds},
+                         {"time", step_time.to_json()["parts"]}});
     }
+    timer_.add(StudentPart::kRecords, std::chrono::duration<double>(Clock::now() - records_start).count());
 
     const bool stage_end = schedule_.is_stage_end(step);
-    if (eval_after) evaluate(step, stage, stage_end, batches);
+    if (eval_after) timer_.time(StudentPart::kEval, [&] { evaluate(step, stage, stage_end, batches); });
     const bool last = step + 1 == total;
     const bool periodic = cfg_.eval.diagnostics_every > 0 && (step + 1) % cfg_.eval.diagnostics_every == 0;
-    if (leader_ && (stage_end || periodic)) diagnose(step, stage, last ? "final" : stage_end ? "stage_end" : "periodic");
+    if (leader_ && (stage_end || periodic))
+      timer_.time(StudentPart::kDiagnostics,
+                  [&] { diagnose(step, stage, last ? "final" : stage_end ? "stage_end" : "periodic"); });
     report.last_eval_ce = progress_.last_eval_ce;
     report.last_eval_kl = progress_.last_eval_kl;
-    if (run_.on_step) run_.on_step(report);
-    if (leader_ && run_.print_progress) print_progress(report);
+    timer_.time(StudentPart::kRecords, [&] {
+      if (run_.on_step) run_.on_step(report);
+      if (leader_ && run_.print_progress) print_progress(report);
+    });
 
     if (last || (cfg_.checkpoint.every > 0 && (step + 1) % cfg_.checkpoint.every == 0)) {
-      checkpoint(store, last);
+      timer_.time(StudentPart::kCheckpoint, [&] { checkpoint(store, last); });
       saved = step + 1;
     }
   }
@@ -218,36 +230,47 @@ Trainer::StepLosses Trainer::train_step(int64_t step, const std::vector<BatchKey
   // so the students first agree on the step's count (they sum it; the ids are on the host).
   std::vector<MicroBatch> micro;
   int64_t local_tokens = 0;
-  for (const BatchKey& key : batches) {
-    if (key.kind != BatchKind::kTrain) continue;
-    micro.push_back(run_.batches->get(key));
-    local_tokens += target_tokens(micro.back().labels);
-  }
-  out.tokens = static_cast<int64_t>(group_.sum({static_cast<double>(local_tokens)})[0]);
+  timer_.time(StudentPart::kData, [&] {
+    for (const BatchKey& key : batches) {
+      if (key.kind != BatchKind::kTrain) continue;
+      micro.push_back(run_.batches->get(key));
+      local_tokens += target_tokens(micro.back().labels);
+    }
+  });
+  out.tokens = timer_.time(StudentPart::kGradSync, [&] {
+    return static_cast<int64_t>(group_.sum({static_cast<double>(local_tokens)})[0]);
+  });
   double sums[4] = {0, 0, 0, 0};  // loss·n, kl·n, ce·n, n
   for (const MicroBatch& mb : micro) {
-    const TeacherTargets targets = run_.teacher ? run_.teacher->targets(mb) : TeacherTargets::none();
-    const at::Tensor hidden = student_->forward_hidden(mb.inputs.to(device_));
-    const DistillLoss l =
-        distill_loss(hidden, student_->head_weight(), targets, mb.labels.to(device_), loss_options_);
-    const int64_t tokens = l.tokens.item<int64_t>();
-    (l.loss / micro_batch_loss_divisor(tokens, group_.size(), out.tokens)).backward();
-    const double n = static_cast<double>(tokens);
-    sums[0] += l.loss.item<double>() * n;
-    sums[1] += l.kl.item<double>() * n;
-    sums[2] += l.ce.item<double>() * n;
-    sums[3] += n;
+    const TeacherTargets targets = timer_.time(StudentPart::kTeacherWait, [&] {
+      return run_.teacher ? run_.teacher->targets(mb) : TeacherTargets::none();
+    });
+    timer_.time(StudentPart::kCompute, [&] {
+      const at::Tensor hidden = student_->forward_hidden(mb.inputs.to(device_));
+      const DistillLoss l =
+          distill_loss(hidden, student_->head_weight(), targets, mb.labels.to(device_), loss_options_);
+      const int64_t tokens = l.tokens.item<int64_t>();
+      (l.loss / micro_batch_loss_divisor(tokens, group_.size(), out.tokens)).backward();
+      const double n = static_cast<double>(tokens);
+      sums[0] += l.loss.item<double>() * n;
+      sums[1] += l.kl.item<double>() * n;
+      sums[2] += l.ce.item<double>() * n;
+      sums[3] += n;
+    });
   }
   std::vector<at::Tensor> grads;
   for (const auto& [name, p] : student_->named_trainable_parameters()) {
     if (p.grad().defined()) grads.push_back(p.grad());
   }
-  group_.average(grads);
-  out.grad_norm = clip_gradients(grads);
-  out.lr = lr_.at(step);  // recorded as the step's "lr": the value the update used
-  optimizer_->step(out.lr);
-  optimizer_->zero_grad();
-  const std::vector<double> total = group_.sum({sums[0], sums[1], sums[2], sums[3]});
+  timer_.time(StudentPart::kGradSync, [&] { group_.average(grads); });
+  timer_.time(StudentPart::kOptimizer, [&] {
+    out.grad_norm = clip_gradients(grads);
+    out.lr = lr_.at(step);  // recorded as the step's "lr": the value the update used
+    optimizer_->step(out.lr);
+    optimizer_->zero_grad();
+  });
+  const std::vector<double> total =
+      timer_.time(StudentPart::kGradSync, [&] { return group_.sum({sums[0], sums[1], sums[2], sums[3]}); });
   out.loss = total[0] / total[3];
   out.kl = total[1] / total[3];
   out.ce = total[2] / total[3];

@@ -5,6 +5,8 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <c10/core/Device.h>
 
@@ -28,6 +30,8 @@ struct StepReport {
   double channel_bytes_per_s = 0;  // logit channel (0 for an in-process teacher)
   double last_eval_ce = -1;  // -1 until the first eval
   double last_eval_kl = -1;
+  double step_seconds = 0;  // wall time of the step's record (run_folder/step_time.h)
+  std::vector<std::pair<std::string, double>> time_parts;  // where it went, by part
 };
 
 // The parts of a run. Single process: SoloStudentGroup and a LocalTeacher (or no teacher for
@@ -38,6 +42,7 @@ struct StudentRun {
   BatchSource* batches = nullptr;
   TeacherSource* teacher = nullptr;      // nullptr: CE-only pretraining (distill.alpha ignored, 0)
   StudentGroup* group = nullptr;
+  int world_rank = 0;                    // names this rank's step_time/rank<R>.jsonl
   int64_t vocab_size = 0;                // rows of the student's embedding/head
   // Where the student, its optimizer state and each micro-batch live (batches are built on the CPU,
   // where their checksums are taken, and moved here before the forward). The teacher source

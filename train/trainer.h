@@ -20,6 +20,7 @@
 #include "run_folder/checkpoint_store.h"
 #include "run_folder/progress.h"
 #include "run_folder/run_records.h"
+#include "run_folder/step_time.h"
 #include "train/adamw.h"
 #include "train/batch_order.h"
 #include "train/distill_loss.h"
@@ -86,6 +87,8 @@ class Trainer {
   std::optional<AdamW> optimizer_;
   std::optional<RunRecords> records_;
   TrainProgress progress_;
+  StepTimer timer_{student_time_parts()};  // every student rank times its steps
+  std::optional<StepTimeLog> time_log_;
 };
 
 }  // namespace deepen

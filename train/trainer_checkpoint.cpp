@@ -22,9 +22,11 @@ namespace deepen {
 
 namespace {
 
-// The settings a checkpoint must be resumed with: all but where and how fast it runs.
+// The settings a checkpoint must be resumed with: all but where and how fast it runs, and on how
+// many ranks: the global batch fixes the data order (data/sampler.h), and replicated students hold
+// the whole state, so S students resume on S' (and another teacher layout) where the batch is kept.
 Config resume_relevant(const Config& cfg) {
-  Config c = without_execution_settings(cfg);
+  Config c = without_layout(without_execution_settings(cfg));
   c.source.clear();
   return c;
 }

@@ -162,5 +162,57 @@ TEST(Config, WithoutExecutionSettingsKeepsOnlyWhatIsTrained) {
   EXPECT_EQ(d[0].key, "curriculum.stage_steps");
 }
 
+// A scaling study keeps the global batch and changes the student count: grad_accum follows.
+TEST(Config, GlobalBatchDerivesGradAccumFromTheLayout) {
+  const std::vector<std::pair<int64_t, int64_t>> students_accum = {{1, 8}, {2, 4}, {4, 2}, {8, 1}};
+  for (const auto& [students, accum] : students_accum) {
+    const Config cfg = parse_config(kMinimal, "x.toml", {"parallel.global_batch=16", "parallel.micro_batch=2",
+                                                         "parallel.students=" + std::to_string(students)});
+    EXPECT_EQ(cfg.parallel.grad_accum, accum) << students << " students";
+    // The resolved config, as saved in the run folder, loads back to itself.
+    EXPECT_TRUE(config_differences(parse_config(to_toml(cfg), "saved.toml"), cfg).empty());
+  }
+  // Without it, grad_accum is what the file says.
+  EXPECT_EQ(parse_config(kMinimal, "x.toml", {"parallel.grad_accum=3"}).parallel.grad_accum, 3);
+}
+
+TEST(Config, GlobalBatchThatDoesNotDivideIsNamedWithTheLayout) {
+  const std::string e = error_of(kMinimal, {"parallel.global_batch=16", "parallel.micro_batch=2", "parallel.students=3"});
+  EXPECT_NE(e.find("x.toml: parallel.global_batch: 16 sequences do not divide"), std::string::npos) << e;
+  EXPECT_NE(e.find("parallel.students = 3 x parallel.micro_batch = 2 = 6"), std::string::npos) << e;
+}
+
+TEST(Config, GradAccumThatContradictsTheGlobalBatchIsAnError) {
+  const std::string e =
+      error_of(kMinimal, {"parallel.global_batch=16", "parallel.micro_batch=2", "parallel.students=2", "parallel.grad_accum=2"});
+  EXPECT_NE(e.find("x.toml: parallel.grad_accum: 2 contradicts parallel.global_batch = 16"), std::string::npos) << e;
+  EXPECT_NE(e.find("grad_accum 4"), std::string::npos) << e;
+  // Agreeing is fine (a saved config.toml holds the derived value beside global_batch).
+  EXPECT_EQ(parse_config(kMinimal, "x.toml", {"parallel.global_batch=16", "parallel.micro_batch=2",
+                                              "parallel.students=2", "parallel.grad_accum=4"})
+                .parallel.grad_accum,
+            4);
+}
+
+// Checkpoints resume across layouts that keep the global batch, not across a changed batch.
+TEST(Config, WithoutLayoutKeepsTheGlobalBatchAndDropsTheRanks) {
+  const Config four = parse_config(kMinimal, "a.toml", {"parallel.global_batch=8", "parallel.micro_batch=2",
+                                                        "parallel.students=4", "parallel.teacher_pipelines=2"});
+  const Config two = parse_config(kMinimal, "b.toml", {"parallel.micro_batch=2", "parallel.grad_accum=2",
+                                                       "parallel.students=2", "parallel.teacher_stages=2",
+                                                       "parallel.backend=\"mpi\""});
+  EXPECT_FALSE(config_differences(four, two).empty());
+  EXPECT_TRUE(config_differences(without_layout(four), without_layout(two)).empty());
+  EXPECT_EQ(without_layout(two).parallel.global_batch, 8);
+  const Config bigger = parse_config(kMinimal, "c.toml", {"parallel.micro_batch=2", "parallel.grad_accum=3",
+                                                          "parallel.students=2"});
+  const auto d = config_differences(without_layout(two), without_layout(bigger));
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].key, "parallel.global_batch");
+  // The eval batches are micro-batches: a changed micro_batch is a changed run.
+  const Config wider = parse_config(kMinimal, "d.toml", {"parallel.micro_batch=4", "parallel.students=2"});
+  EXPECT_EQ(config_differences(without_layout(two), without_layout(wider)).size(), 1u);
+}
+
 }  // namespace
 }  // namespace deepen

@@ -16,6 +16,11 @@ Cases:
   paper            the paper's protocol (student.init = teacher, phase_policy = reset, post-norm with
                    its entry norm): 1 pipeline x 2 stages + 2 students == single process
   desync           a student given the wrong batch: non-zero exit naming the step and ranks
+  global-batch     parallel.global_batch = 8 on S = 1 (one process), S = 2 (1x1+2), S = 4 (2x1+4): the
+                   derived grad_accum is 4, 2, 1 and the runs follow the same curve, through growth;
+                   every rank's step_time/ records cover its wall time within 5%
+  resume-layout    a run on 2x1+4 stopped after 5 steps, resumed on 1x2+2 (same global batch) ==
+                   continuing on 2x1+4
 """
 import argparse
 import json
@@ -140,8 +145,8 @@ class Cases:
         self.deepen, self.work = deepen, os.path.abspath(work)
         self.base = os.path.join(self.work, "base.toml")
 
-    def train(self, out, sets=(), ranks=1, env=None, check=True, extra=()):
-        cmd = [self.deepen, "train", self.base, "--fresh", "--quiet", "--set", f'run.out_dir="{out}"']
+    def train(self, out, sets=(), ranks=1, env=None, check=True, extra=(), base=None):
+        cmd = [self.deepen, "train", base or self.base, "--fresh", "--quiet", "--set", f'run.out_dir="{out}"']
         for s in sets:
             cmd += ["--set", s]
         cmd += list(extra)
@@ -274,6 +279,79 @@ class Cases:
         # block removal are compared at 1e-5; the spread statistics are not.
         self.compare(single, dist, 1e-5, "paper protocol (init=teacher, reset, documents, alpha 0.7)", spread_stats=False)
 
+    def global_base(self):
+        """BASE without grad_accum: it follows from parallel.global_batch and the students."""
+        path = os.path.join(self.work, "base-global.toml")
+        with open(self.base) as f:
+            text = f.read()
+        assert "grad_accum = 2\n" in text
+        with open(path, "w") as f:
+            f.write(text.replace("grad_accum = 2\n", "global_batch = 8\n"))
+        return path
+
+    def saved_grad_accum(self, run_dir):
+        with open(os.path.join(run_dir, "config.toml")) as f:
+            for line in f:
+                if line.startswith("grad_accum = "):
+                    return int(line.split("=")[1])
+        raise AssertionError(f"{run_dir}/config.toml has no grad_accum")
+
+    def check_step_times(self, run_dir, ranks):
+        """Every rank wrote a time breakdown for each of the 9 steps, and its timed parts cover the
+        rank's wall time: summed over the run, within 5% of the steps' total (the parts are timed
+        spans, not a remainder; what no span covers is loop bookkeeping). Per step the worst is
+        printed, not asserted: a step of ~2 ms on 2 shared cores can lose a whole time slice to the
+        scheduler in an untimed gap."""
+        by_rank = {}
+        for name in os.listdir(os.path.join(run_dir, "step_time")):
+            by_rank[int(name[4:-6])] = records(os.path.join(run_dir, "step_time"), name)
+        assert sorted(by_rank) == list(range(ranks)), (run_dir, sorted(by_rank))
+        worst_step, worst_rank = 1.0, 1.0
+        for rank, recs in by_rank.items():
+            assert [r["step"] for r in recs] == list(range(9)), (rank, [r["step"] for r in recs])
+            total = sum(r["time_s"] for r in recs)
+            parts = sum(sum(r["parts"].values()) for r in recs)
+            assert 0.95 * total <= parts <= total * (1 + 1e-9), f"rank {rank}: parts {parts:.4f} s of {total:.4f} s"
+            worst_rank = min(worst_rank, parts / total)
+            worst_step = min([worst_step] + [sum(r["parts"].values()) / r["time_s"] for r in recs if r["time_s"] > 0])
+        roles = sorted({r["role"] for recs in by_rank.values() for r in recs})
+        print(f"{run_dir}: {ranks} ranks ({', '.join(roles)}): timed parts cover >= {100 * worst_rank:.1f}% of each "
+              f"rank's time (worst single step {100 * worst_step:.1f}%)")
+
+    def global_batch(self):
+        base = self.global_base()
+        one = os.path.join(self.work, "global-s1")
+        self.train(one, ["parallel.students=1"], base=base)
+        assert self.saved_grad_accum(one) == 4
+        self.check_step_times(one, 1)
+        # The single process is the reference: each layout sums the same 8 sequences' gradients in
+        # another order (accumulation vs all-reduce), so the layout cases' 1e-5 bound applies.
+        for pipelines, students, accum in ((1, 2, 2), (2, 4, 1)):
+            out = os.path.join(self.work, f"global-s{students}")
+            self.train(out, [f"parallel.teacher_pipelines={pipelines}", f"parallel.students={students}"],
+                       ranks=pipelines + students, base=base)
+            assert self.saved_grad_accum(out) == accum, (out, self.saved_grad_accum(out))
+            self.check_step_times(out, pipelines + students)
+            self.compare(one, out, 1e-5, f"global batch 8: S=1 (accum 4) vs S={students} (accum {accum})")
+
+    def resume_layout(self):
+        base = self.global_base()
+        four = ["parallel.teacher_pipelines=2", "parallel.students=4"]
+        two = ["parallel.teacher_stages=2", "parallel.students=2"]
+        whole = os.path.join(self.work, "layout-whole")
+        moved = os.path.join(self.work, "layout-moved")
+        self.train(whole, four, ranks=6, base=base)
+        p = self.train(moved, four, ranks=6, check=False, extra=["--stop-after", "5"], base=base)
+        assert p.returncode == 3, f"stopped run should exit 3 (requeue), got {p.returncode}: {p.stderr[-2000:]}"
+        cmd = ["mpirun", "-np", "4", self.deepen, "train", base, "--quiet", "--set", f'run.out_dir="{moved}"'] + \
+              sum([["--set", s] for s in two], [])
+        run(cmd, env=MPI_ENV)
+        with open(os.path.join(moved, "run.json")) as f:
+            assert json.load(f)["students"] == 2
+        assert self.saved_grad_accum(moved) == 2
+        # Steps 0-4 ran on 4 students, 5-8 on 2: sums in another order after the move (1e-5, as above).
+        self.compare(whole, moved, 1e-5, "resume of a 2x1+4 run on 1x2+2 after step 5")
+
     def desync(self):
         sets = ["parallel.teacher_stages=2", "parallel.students=2"]
         p = self.train(os.path.join(self.work, "dist-desync"), sets, ranks=4, check=False,
@@ -292,7 +370,8 @@ def main():
     a = ap.parse_args()
     c = Cases(a.deepen, a.work)
     cases = {"setup": c.setup, "layout-1x2+2": lambda: c.layout(1, 2, 2), "layout-2x1+4": lambda: c.layout(2, 1, 4),
-             "layout-1x3+1": lambda: c.layout(1, 3, 1), "topk": c.topk, "resume": c.resume, "paper": c.paper, "desync": c.desync}
+             "layout-1x3+1": lambda: c.layout(1, 3, 1), "topk": c.topk, "resume": c.resume, "paper": c.paper, "desync": c.desync,
+             "global-batch": c.global_batch, "resume-layout": c.resume_layout}
     cases[a.case]()
 
 
