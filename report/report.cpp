@@ -10,6 +10,8 @@
 #include <numeric>
 #include <set>
 #include <sstream>
+#include <thread>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +19,7 @@
 #include "report/number_text.h"
 #include "report/paper_tables.h"
 #include "report/report_plots.h"
+#include "report/scaling.h"
 #include "run_folder/active_layer_tokens.h"
 #include "run_folder/jsonl.h"
 #include "run_folder/run_folder.h"
@@ -63,9 +66,10 @@ int kind_rank(const std::string& kind) {
 
 // What makes two runs the same experiment: everything but the run section (name, folder, seed,
 // threads), where the matched budget came from, checkpoint settings and how the run executed
-// (without_execution_settings: control, CPU kernels, recomputation).
+// (without_execution_settings: control, CPU kernels, recomputation) and on which rank layout, at the
+// same global batch (without_layout): a layout sweep is one experiment.
 uint64_t experiment_signature(const Config& cfg) {
-  Config c = without_execution_settings(cfg);
+  Config c = without_layout(without_execution_settings(cfg));
   c.run = RunConfig{};
   if (!c.curriculum.budget.empty()) c.curriculum.budget = "active_layer_tokens:matched";
   c.checkpoint = CheckpointConfig{};
@@ -333,6 +337,7 @@ Report build_report(const std::vector<RunData>& runs) {
 
   // Group by role, then by experiment signature (the first signature keeps the plain role name).
   std::map<std::string, std::vector<std::pair<uint64_t, std::vector<const RunData*>>>> groups;
+  std::map<std::string, int> layout_repeats;  // run dir -> runs on other layouts it stands for
   for (const auto& r : runs) {
     if (r.evals.empty()) {
       report.notes.push_back(r.dir + ": no eval records yet, left out");
@@ -346,8 +351,22 @@ Report build_report(const std::vector<RunData>& runs) {
       sigs.push_back({sig, {}});
       it = sigs.end() - 1;
     }
+    // The same experiment and seed on another layout (a layout sweep): one run stands for the
+    // seed in the tables; the others are in the scaling section.
+    const auto same_seed = std::find_if(it->second.begin(), it->second.end(), [&](const RunData* o) {
+      const ParallelConfig &a = o->config.parallel, &b = r.config.parallel;
+      return o->config.run.seed == r.config.run.seed &&
+             std::tie(a.teacher_pipelines, a.teacher_stages, a.students) != std::tie(b.teacher_pipelines, b.teacher_stages, b.students);
+    });
+    if (same_seed != it->second.end()) {
+      ++layout_repeats[(*same_seed)->dir];
+      continue;
+    }
     it->second.push_back(&r);
   }
+  for (const auto& [dir, n] : layout_repeats)
+    report.notes.push_back(dir + ": stands for " + std::to_string(n) + " run(s) of the same experiment and seed on " +
+                           "other layouts (see the scaling section)");
   for (auto& [role, sigs] : groups) {
     for (size_t g = 0; g < sigs.size(); ++g) {
       auto members = sigs[g].second;
@@ -584,14 +603,19 @@ Report write_report(const std::vector<std::string>& paths, const ReportOptions& 
   std::vector<RunData> runs;
   for (const auto& dir : find_run_dirs(paths)) runs.push_back(load_run(dir));
   Report report = build_report(runs);
+  // The runs are read where they ran: this machine's cores are the ones they shared.
+  report.sweeps = find_scaling_sweeps(runs, std::max<int64_t>(1, std::thread::hardware_concurrency()));
   fs::create_directories(options.out_dir);
   std::vector<std::string> images;
   if (options.plots) images = write_report_plots(report, options, report.notes);
-  std::string md = report_markdown(report) + paper_tables_markdown(report);
-  if (!images.empty()) {
-    md += "\n## Plots\n\n";
-    for (const auto& img : images)
-      if (img.size() > 4 && img.substr(img.size() - 4) == ".png") md += "![" + img + "](" + img + ")\n\n";
+  std::string md = report_markdown(report) + paper_tables_markdown(report) + scaling_markdown(report.sweeps);
+  bool plots_heading = false;
+  for (const auto& img : images) {
+    // The scaling figures sit in their own section (scaling_markdown links them).
+    if (img.rfind("scaling_", 0) == 0 || img.size() <= 4 || img.substr(img.size() - 4) != ".png") continue;
+    if (!plots_heading) md += "\n## Plots\n\n";
+    plots_heading = true;
+    md += "![" + img + "](" + img + ")\n\n";
   }
   auto write = [&](const std::string& name, const std::string& text) {
     const fs::path p = fs::path(options.out_dir) / name;
@@ -603,6 +627,7 @@ Report write_report(const std::vector<std::string>& paths, const ReportOptions& 
   write("report.csv", report_csv(report));
   write("comparisons.csv", comparisons_csv(report));
   write("runs.csv", runs_csv(report));
+  if (!report.sweeps.empty()) write("scaling.csv", scaling_csv(report.sweeps));
   return report;
 }
 

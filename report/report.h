@@ -10,6 +10,7 @@
 
 #include "config/config.h"
 #include "curriculum/distribution_summary.h"
+#include "report/scaling.h"
 
 namespace deepen {
 
@@ -176,6 +177,7 @@ struct Report {
   std::vector<Comparison> comparisons;
   std::vector<Crossover> crossovers;
   std::vector<std::string> notes;       // runs skipped or unfinished, config mismatches
+  std::vector<ScalingSweep> sweeps;     // layout sweeps among the runs (report/scaling.h); write_report fills it
 };
 
 // Pure: the report of loaded runs.

@@ -11,6 +11,7 @@
 
 #include "report/number_text.h"
 #include "report/paper_figures.h"
+#include "report/scaling.h"
 #include "study/study_process.h"
 
 namespace deepen {
@@ -242,7 +243,9 @@ std::vector<std::string> write_report_plots(const Report& report, const ReportOp
   }
 
   // 4. The paper's figures (report/paper_figures.h); val_ce above is its Figure 5b.
-  for (const Figure& f : paper_figures(report, notes)) {
+  std::vector<Figure> figures = paper_figures(report, notes);
+  for (Figure& f : scaling_figures(report.sweeps)) figures.push_back(std::move(f));  // report/scaling.h
+  for (const Figure& f : figures) {
     write(f.name + ".dat", f.data);
     write(f.name + ".gp", two_terminals(f.name, f.width, f.height, f.body));
     scripts.push_back(f.name);

@@ -21,6 +21,9 @@ Cases:
                    every rank's step_time/ records cover its wall time within 5%
   resume-layout    a run on 2x1+4 stopped after 5 steps, resumed on 1x2+2 (same global batch) ==
                    continuing on 2x1+4
+  sweep            `deepen study` of one joint run on 6 layouts (1 to 7 ranks), then `deepen report`:
+                   the scaling table (a row per layout, each with the model's prediction and its
+                   error), scaling.csv and the figure
 """
 import argparse
 import json
@@ -352,6 +355,40 @@ class Cases:
         # Steps 0-4 ran on 4 students, 5-8 on 2: sums in another order after the move (1e-5, as above).
         self.compare(whole, moved, 1e-5, "resume of a 2x1+4 run on 1x2+2 after step 5")
 
+    def sweep(self):
+        base = self.global_base()
+        layouts = [(1, 1, 1), (1, 1, 2), (1, 2, 2), (2, 1, 2), (1, 1, 4), (1, 3, 4)]
+        out = os.path.join(self.work, "sweep")
+        shutil.rmtree(out, ignore_errors=True)
+        study = os.path.join(self.work, "sweep.toml")
+        with open(study, "w") as f:
+            f.write(f'[study]\nname = "sweep"\nbase = "{base}"\nout_dir = "{out}"\nseeds = [1]\nlauncher = "auto"\n'
+                    'set = ["curriculum.mode=joint", "curriculum.stages=[3]", "curriculum.stage_steps=[8]", '
+                    '"eval.every=1000", "eval.batches=1", "eval.diagnostics_every=0", "checkpoint.every=0"]\n')
+            for t, p, n in layouts:
+                f.write(f'\n[[run]]\nname = "sweep-t{t}p{p}s{n}"\nset = ["parallel.teacher_pipelines={t}", '
+                        f'"parallel.teacher_stages={p}", "parallel.students={n}"]\n')
+        run([self.deepen, "study", study, "--quiet"], env=MPI_ENV)
+        report = os.path.join(out, "report")
+        run([self.deepen, "report", out, "--out", report])
+        with open(os.path.join(report, "report.md")) as f:
+            md = f.read()
+        assert "## Scaling: sweep" in md, md[-3000:]
+        table = md[md.index("## Scaling: sweep"):]
+        expected = ["one process"] + [f"{t}x{p}+{n}" for t, p, n in layouts[1:]]
+        with open(os.path.join(report, "scaling.csv")) as f:
+            rows = [line.rstrip("\n").split(",") for line in f][1:]
+        assert sorted(r[1] for r in rows) == sorted(expected), rows
+        for r in rows:
+            assert float(r[6]) > 0 and r[9] and r[10], f"layout {r[1]}: no measurement or no prediction: {r}"
+            assert f"| {r[1]} |" in table, r[1]
+        assert "Where a student rank's step goes" in table and "Where a teacher rank's step goes" in table, table
+        assert os.path.exists(os.path.join(report, "scaling_sweep.png")), os.listdir(report)
+        print(table[:table.index("Where a student")])
+        for r in rows:
+            print(f"  {r[1]:>12}: {r[5]} devices, measured {float(r[6]):9.0f} tok/s, predicted {float(r[9]):9.0f}, "
+                  f"error {100 * float(r[10]):+.1f}%")
+
     def desync(self):
         sets = ["parallel.teacher_stages=2", "parallel.students=2"]
         p = self.train(os.path.join(self.work, "dist-desync"), sets, ranks=4, check=False,
@@ -371,7 +408,7 @@ def main():
     c = Cases(a.deepen, a.work)
     cases = {"setup": c.setup, "layout-1x2+2": lambda: c.layout(1, 2, 2), "layout-2x1+4": lambda: c.layout(2, 1, 4),
              "layout-1x3+1": lambda: c.layout(1, 3, 1), "topk": c.topk, "resume": c.resume, "paper": c.paper, "desync": c.desync,
-             "global-batch": c.global_batch, "resume-layout": c.resume_layout}
+             "global-batch": c.global_batch, "resume-layout": c.resume_layout, "sweep": c.sweep}
     cases[a.case]()
 
 

@@ -343,5 +343,32 @@ TEST(Study, SlurmSubmitSkipsFinishedRunsAndDependsOnExactlyTheMatchedRunsElement
   EXPECT_NE(read_file(dir + "/submit.txt").find("post-grow/seed1: finished, skipped"), std::string::npos);
 }
 
+// configs/demo/sweep.toml, a layout sweep: the global batch stays 16 while grad_accum follows the
+// students, and on Slurm every layout becomes a job of its own size (4 GPUs per node: 5 to 7 ranks
+// take 2 nodes).
+TEST(Study, LayoutSweepKeepsTheGlobalBatchAndBecomesJobsOfDifferentNodeCounts) {
+  const std::string dir = scratch("sweep");
+  const StudyPlan plan = expand_study(load_study(std::string(test::kSourceDir) + "/configs/demo/sweep.toml"));
+  ASSERT_EQ(plan.jobs.size(), 7u);
+  for (const StudyJob& j : plan.jobs) {
+    const ParallelConfig& p = j.config.parallel;
+    EXPECT_EQ(p.students * p.micro_batch * p.grad_accum, 16) << j.id();
+  }
+  SlurmOptions o = slurm_options(dir);
+  o.gpus_per_node = 4;
+  write_slurm_study(plan, o, dir + "/slurm");
+  write(dir + "/bin/sbatch",
+        "#!/bin/bash\necho \"$*\" >> " + dir + "/sbatch.txt\nn=$(wc -l < " + dir + "/sbatch.txt)\necho $((100 + n))\n");
+  fs::permissions(dir + "/bin/sbatch", fs::perms::owner_all);
+  const std::string cmd = "PATH=" + dir + "/bin:$PATH bash " + dir + "/slurm/submit.sh > " + dir + "/submit.txt 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file(dir + "/submit.txt");
+  const std::string calls = read_file(dir + "/sbatch.txt");
+  // 1x1+1 runs as one process; 1x2+2 and 2x1+2 share an array of 4-task jobs.
+  for (const char* want : {"--array=0 --nodes=1 --ntasks=1 ", "--array=1 --nodes=1 --ntasks=3 ",
+                           "--array=2,3 --nodes=1 --ntasks=4 ", "--array=4 --nodes=2 --ntasks=5 ",
+                           "--array=5 --nodes=2 --ntasks=6 ", "--array=6 --nodes=2 --ntasks=7 "})
+    EXPECT_NE(calls.find(want), std::string::npos) << want << "\n" << calls;
+}
+
 }  // namespace
 }  // namespace deepen
