@@ -238,7 +238,7 @@ std::vector<Figure> scaling_figures(const std::vector<ScalingSweep>& sweeps) {
        << "plot " << dat << " using 1:2 with linespoints pt 7 lc rgb '#1f77b4' title 'measured', \\\n"
        << "     " << dat << " using 1:3 with points pt 6 ps 1.5 lc rgb '#d62728' title 'predicted', \\\n"
        << "     " << dat << " using 1:2:5 with labels offset 0,1 font ',8' notitle\n"
-       << "set ylabel 'efficiency (tokens/s per device vs smallest)'\nset yrange [0:*]\n"
+       << "set ylabel 'efficiency (tokens/s per device vs smallest)'\nset yrange [0:*]\nset key top right\n"
        << "plot " << dat << " using 1:4 with linespoints pt 7 lc rgb '#2ca02c' title 'efficiency', \\\n"
        << "     " << dat << " using 1:4:5 with labels offset 0,1 font ',8' notitle\n"
        << "unset multiplot\nunset yrange\n";

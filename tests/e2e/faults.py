@@ -144,6 +144,11 @@ class Faults(Cases):
                     loss = [l for l in text.splitlines() if l.startswith("deepen_train_loss{")]
                     if step and loss and step[0] > (steps[-1] if steps else 0):
                         steps.append(step[0])
+                        # Where the step time went, from every role (run_folder/step_time.h).
+                        for role, part in (("student 0", "compute"), ("student 0", "teacher_wait"),
+                                           ("teacher p0 s0", "compute"), ("teacher p0 s1", "send_wait")):
+                            assert any(l.startswith(f"deepen_step_{part}_seconds{{") and f'role="{role}"' in l
+                                       for l in text.splitlines()), f"no deepen_step_{part}_seconds for {role}:\n{text[:3000]}"
                         break
                     assert time.time() < deadline, f"student 0's step did not advance past {steps}:\n{text[:3000]}"
                     time.sleep(0.2)
@@ -153,7 +158,7 @@ class Faults(Cases):
                 proc.communicate(timeout=120)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        print(f"/metrics: student 0 step {steps[0]:.0f} -> {steps[1]:.0f}, valid Prometheus text")
+        print(f"/metrics: student 0 step {steps[0]:.0f} -> {steps[1]:.0f}, valid Prometheus text, step time by part on every role")
 
 
 def main():
