@@ -209,7 +209,9 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
     weights = {1.0};
   }
   const double student_bw = S > gpn ? c.inter_bw : c.intra_bw;
-  const double tokens_per_student_step = static_cast<double>(in.micro_batch * in.grad_accum * in.seq_len);
+  const double tokens_per_student_step =
+      in.global_batch > 0 ? static_cast<double>(in.global_batch * in.seq_len) / static_cast<double>(S)
+                          : static_cast<double>(in.micro_batch * in.grad_accum * in.seq_len);
   double total_time = 0, total_weight = 0, supply_time = 0, demand_time = 0;
   double worst_stage_time = -1;
   const double supply = std::min(e.teacher_tokens_per_s, e.channel_tokens_per_s);
@@ -391,6 +393,7 @@ PlanInput plan_input_from_config(const Config& cfg) {
   in.seq_len = cfg.data.seq_len;
   in.micro_batch = cfg.parallel.micro_batch;
   in.grad_accum = cfg.parallel.grad_accum;
+  in.global_batch = cfg.parallel.global_batch;
   in.distill = cfg.distill;
   in.activation_dtype = cfg.parallel.activation_dtype;
   in.stage_depths = stage_depths(cfg.curriculum);

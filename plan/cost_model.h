@@ -94,6 +94,10 @@ struct PlanInput {
   int64_t seq_len = 4096;
   int64_t micro_batch = 4;    // sequences per student rank per micro-batch
   int64_t grad_accum = 1;
+  // parallel.global_batch: sequences per optimizer step for every layout (0 = micro_batch ×
+  // grad_accum per student, whatever S). With it, S students each take global_batch / S per step,
+  // so more students mean fewer tokens between all-reduces (strong scaling).
+  int64_t global_batch = 0;
   DistillConfig distill;      // logits (full/topk), topk, tail, channel_dtype
   FloatDtype activation_dtype = FloatDtype::kBf16;  // between teacher stages
   std::vector<int64_t> stage_depths;      // empty: one stage at student.layers

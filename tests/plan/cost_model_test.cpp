@@ -112,6 +112,18 @@ TEST(CostModel, OneLayoutWorkedByHand) {
   EXPECT_NEAR(estimate_layout(short_run, tiny_cluster(), 1, 2, 1).pipeline_efficiency, 10.0 / 11, 1e-12);
 }
 
+// A fixed global batch splits one step's tokens among the students: with 48 sequences of 8 tokens,
+// three students take 128 tokens each per step and pay the same 7.808 µs all-reduce as above.
+TEST(CostModel, FixedGlobalBatchSplitsTheStepAmongStudents) {
+  PlanInput in = tiny_input();
+  in.global_batch = 48;
+  const LayoutEstimate three = estimate_layout(in, tiny_cluster(), 1, 2, 3);
+  const double step = 128 * 9312 / 1e6 + 7.808e-6;
+  EXPECT_NEAR(three.student_tokens_per_s[0], 3 * 128 / step, 1e-6);
+  in.global_batch = 2;  // one student, one micro-batch of 2 sequences x 8 tokens: OneLayoutWorkedByHand's step
+  EXPECT_NEAR(estimate_layout(in, tiny_cluster(), 1, 2, 1).student_tokens_per_s[0], 16 / 0.148992, 1e-6);
+}
+
 TEST(CostModel, CurriculumMeanIsTokenWeightedHarmonic) {
   PlanInput in = tiny_input();
   in.stage_depths = {1, 2};
