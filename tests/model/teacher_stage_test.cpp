@@ -35,6 +35,44 @@ TEST(SplitLayers, BalancedWithTheRemainderOnTheFirstStages) {
   EXPECT_THROW(split_layers(3, 0), InputError);
 }
 
+TEST(SplitLayers, CountingTheHeadMovesLayersOffTheLastStage) {
+  using R = std::vector<std::pair<int, int>>;
+  const double head_8b = lm_head_layer_equivalents(151936, 4096, 32, 8, 128, 12288);
+  EXPECT_NEAR(head_8b, 3.226, 0.001);  // 622.3M head multiply-adds / 192.9M per layer
+  // Qwen3-8B on 4 stages: the last stage carries the head, so it gets 6 layers (9.2 layers' worth)
+  // and the others 10; with the hidden channel it has no head and the split is the plain one.
+  EXPECT_EQ(split_layers_with_head(36, 4, head_8b), (R{{0, 10}, {10, 20}, {20, 30}, {30, 36}}));
+  EXPECT_EQ(split_layers_with_head(36, 4, 0), (R{{0, 9}, {9, 18}, {18, 27}, {27, 36}}));
+  EXPECT_EQ(split_layers_with_head(36, 2, head_8b), (R{{0, 20}, {20, 36}}));
+  EXPECT_EQ(split_layers_with_head(28, 4, 3.2), (R{{0, 8}, {8, 16}, {16, 24}, {24, 28}}));
+  EXPECT_EQ(split_layers_with_head(10, 3, 3.2), (R{{0, 5}, {5, 9}, {9, 10}}));
+  EXPECT_EQ(split_layers_with_head(5, 1, 3.2), (R{{0, 5}}));
+  // Every stage still gets a layer, however heavy the head.
+  EXPECT_EQ(split_layers_with_head(3, 3, 100), (R{{0, 1}, {1, 2}, {2, 3}}));
+  EXPECT_THROW(split_layers_with_head(3, 4, 1), InputError);
+  EXPECT_THROW(split_layers_with_head(3, 2, -1), InputError);
+}
+
+TEST(SplitLayers, WithoutAHeadTheSplitIsThePlainOne) {
+  for (int layers = 1; layers <= 60; ++layers)
+    for (int stages = 1; stages <= layers; ++stages)
+      EXPECT_EQ(split_layers_with_head(layers, stages, 0), split_layers(layers, stages)) << layers << "/" << stages;
+}
+
+TEST(SplitLayers, CountingTheHeadNeverMakesTheCostliestStageDearer) {
+  // The plain split's costliest stage (its last carries the head) bounds the counted split's.
+  auto worst = [](const std::vector<std::pair<int, int>>& r, double head) {
+    double w = 0;
+    for (size_t s = 0; s < r.size(); ++s) w = std::max(w, (r[s].second - r[s].first) + (s + 1 == r.size() ? head : 0.0));
+    return w;
+  };
+  for (double head : {0.5, 1.0, 3.2, 7.0})
+    for (int layers = 2; layers <= 40; ++layers)
+      for (int stages = 2; stages <= std::min(layers, 8); ++stages)
+        EXPECT_LE(worst(split_layers_with_head(layers, stages, head), head), worst(split_layers(layers, stages), head))
+            << layers << "/" << stages << " head " << head;
+}
+
 TEST(TeacherStage, TwoAndThreeStagesGiveTheSameLogitsAsOne) {
   for (const std::string name : {"untied_gqa_sharded", "tied_gqa", "untied_mha"}) {
     const std::string dir = test::tiny_qwen3_fixtures() + "/" + name;
