@@ -164,6 +164,48 @@ TEST(TeacherStage, IntegerTensorIsRejected) {
   expect_input_error(dir, "tensor model.norm.weight: dtype I32");
 }
 
+// The hidden-state channel: the last stage without its head returns the final normalised hidden
+// states, and the head a student reads on its own (lm_head, or the tied embedding) turns them into
+// the logits the headed stage returns. Derived bound: 0 up to the head matmul's summation order
+// (at::linear vs at::matmul over the same H fp32 products, each within γ_H·Σ|g||u| of exact):
+// |Δ| ≤ 2·γ_H·max Σ_k |g_k||u_jk|.
+TEST(TeacherStage, HeadlessLastStageAndTheHeadAloneGiveTheLogits) {
+  for (const std::string name : {"untied_gqa_sharded", "tied_gqa"}) {
+    const std::string dir = test::tiny_qwen3_fixtures() + "/" + name;
+    const int layers = static_cast<int>(read_qwen3_config(dir + "/config.json").num_hidden_layers);
+    const at::Tensor ids = test::read_ids(dir + "/ids.txt").front();
+    TeacherStage headed(dir, 0, layers, true, true, at::kFloat);
+    TeacherStage headless(dir, 0, layers, true, true, at::kFloat, at::kCPU, CpuKernels::kAuto, /*with_head=*/false);
+    const at::Tensor head = load_teacher_head(dir, at::kFloat);
+    const at::Tensor g = headless.forward(ids);
+    ASSERT_EQ(g.size(-1), head.size(1)) << name;
+    const at::Tensor logits = at::matmul(g, head.t());
+    const double scale = at::matmul(g.abs(), head.abs().t()).max().item<double>();
+    const double h = static_cast<double>(head.size(1)), gamma = h * 0x1p-24 / (1 - h * 0x1p-24);
+    EXPECT_LE(test::max_abs_diff(logits, headed.forward(ids)), 2 * gamma * scale) << name;
+    EXPECT_FALSE(head.requires_grad());
+    for (const std::string& loaded : headless.loaded_tensor_names()) EXPECT_NE(loaded, "lm_head.weight") << name;
+  }
+}
+
+TEST(TeacherStage, MissingHeadIsNamedForTheHiddenChannel) {
+  // An untied config whose checkpoint lost lm_head.weight: a student cannot make the logits.
+  const std::string src = test::tiny_qwen3_fixtures() + "/untied_mha";
+  const std::string dst = test::temp_dir("teacher_no_head");
+  std::filesystem::copy_file(src + "/config.json", dst + "/config.json");
+  const SafetensorsFile file = SafetensorsFile::open(src + "/model.safetensors");
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const TensorInfo& info : file.tensors())
+    if (info.name != "lm_head.weight") tensors.emplace_back(info.name, file_tensor(file, info).clone());
+  write_tensors(dst + "/model.safetensors", tensors);
+  try {
+    load_teacher_head(dst, at::kFloat);
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor lm_head.weight: missing"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TeacherStage, Bf16CheckpointLoadsIntoFp32) {
   const std::string dir = edited_checkpoint("teacher_bf16", [](auto& tensors) {
     for (auto& [name, t] : tensors) t = t.to(at::kBFloat16);
