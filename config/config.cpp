@@ -341,7 +341,7 @@ void validate_config(const Config& cfg) {
   const auto& di = cfg.distill;
   if (!(di.alpha >= 0 && di.alpha <= 1)) c.fail("distill.alpha", "must be in [0, 1], got " + format_double(di.alpha));
   c.positive("distill.temperature", di.temperature);
-  c.one_of("distill.logits", di.logits, {"full", "topk"});
+  c.one_of("distill.logits", di.logits, {"full", "topk", "hidden"});
   c.at_least("distill.topk", di.topk, 1);
   c.one_of("distill.tail", di.tail, {"renormalize", "bucket"});
   c.at_least("distill.vocab_chunk", di.vocab_chunk, 1);

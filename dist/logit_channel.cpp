@@ -12,11 +12,36 @@ constexpr int64_t kMagic = 0x4450'4e4c'4f47'0001;  // "DPNLOG" v1
 constexpr int kTagHeader = 11;
 constexpr int kTagPayload = 12;
 constexpr int kTagIndices = 13;
-enum Payload : int64_t { kFullF32 = 0, kFullBF16 = 1, kTopk = 2 };
+enum Payload : int64_t { kFullF32 = 0, kFullBF16 = 1, kTopk = 2, kHiddenF32 = 3, kHiddenBF16 = 4 };
+
+// What a batch of `kind` travels as: train batches as the format says, eval batches exact (full
+// fp32 logits, or fp32 hidden states on a hidden channel).
+Payload payload_for(const ChannelFormat& f, BatchKind kind) {
+  const bool train = kind == BatchKind::kTrain;
+  if (f.hidden) return train && f.bf16_values ? kHiddenBF16 : kHiddenF32;
+  if (train && f.topk) return kTopk;
+  return train && f.bf16_values ? kFullBF16 : kFullF32;
+}
+
+const char* payload_name(int64_t p) {
+  switch (p) {
+    case kFullF32: return "full fp32 logits";
+    case kFullBF16: return "full bf16 logits";
+    case kTopk: return "top-k";
+    case kHiddenF32: return "fp32 hidden states";
+    case kHiddenBF16: return "bf16 hidden states";
+  }
+  return "an unknown payload";
+}
+
+// Receive buffers a student keeps for reuse: the current and the prefetched micro-batch's, for
+// train and eval shapes (top-k needs two per micro-batch).
+constexpr size_t kMaxPooled = 4;
 
 }  // namespace
 
 std::string ChannelFormat::describe() const {
+  if (hidden) return bf16_values ? "hidden:bf16" : "hidden";
   if (!topk) return bf16_values ? "full:bf16" : "full";
   return "topk:" + std::to_string(k) + ":" + (tail == TopkTail::kBucket ? "bucket" : "renormalize");
 }
@@ -24,6 +49,7 @@ std::string ChannelFormat::describe() const {
 ChannelFormat channel_format(const DistillConfig& d) {
   ChannelFormat f;
   f.topk = d.logits == "topk";
+  f.hidden = d.logits == "hidden";
   f.k = d.topk;
   f.bf16_values = d.channel_dtype == FloatDtype::kBf16;
   f.tail = distill_loss_options(d).tail;
@@ -55,27 +81,24 @@ LogitChannelSender::~LogitChannelSender() {
   }
 }
 
-void LogitChannelSender::send(const BatchKey& key, uint64_t checksum, const at::Tensor& logits) {
+void LogitChannelSender::send(const BatchKey& key, uint64_t checksum, const at::Tensor& output) {
   while (static_cast<int64_t>(in_flight_.size()) >= max_in_flight_) {
     in_flight_.front()->wait();
     in_flight_.pop_front();
   }
   const int dst = 1 + static_cast<int>(key.student) - first_student_;
   const at::Device wire = channel_.device();
-  const at::Tensor rows = logits.reshape({-1, logits.size(-1)});
+  const at::Tensor rows = output.reshape({-1, output.size(-1)});
   auto msg = std::make_unique<InFlight>();
-  Payload payload;
-  if (format_.topk && key.kind == BatchKind::kTrain) {
+  const Payload payload = payload_for(format_, key.kind);
+  if (payload == kTopk) {
     const TeacherTargets t = teacher_topk(rows, format_.k, format_.temperature, format_.vocab_chunk);
     msg->payload = t.values.to(wire, at::kFloat).contiguous();
     msg->indices = t.indices.to(wire, at::kInt).contiguous();
-    payload = kTopk;
-  } else if (format_.bf16_values && key.kind == BatchKind::kTrain) {
-    msg->payload = rows.to(wire, at::kBFloat16).contiguous();
-    payload = kFullBF16;
   } else {
-    msg->payload = rows.to(wire, at::kFloat).contiguous();
-    payload = kFullF32;
+    // Full logits or hidden states: the rows as they are, in the wire dtype.
+    const bool bf16 = payload == kFullBF16 || payload == kHiddenBF16;
+    msg->payload = rows.to(wire, bf16 ? at::kBFloat16 : at::kFloat).contiguous();
   }
   msg->header = at::tensor(std::vector<int64_t>{kMagic, static_cast<int64_t>(key.kind), key.step, key.student,
                                                 key.index, static_cast<int64_t>(checksum), rows.size(0),
@@ -97,30 +120,113 @@ void LogitChannelSender::flush() {
   }
 }
 
+struct ChannelTeacherSource::Posted {
+  BatchKey key;
+  int64_t rows = 0;
+  Payload payload = kFullF32;
+  at::Tensor header, values, indices;
+  std::unique_ptr<Request> header_req, values_req, indices_req;
+};
+
 ChannelTeacherSource::ChannelTeacherSource(Communicator& channel, ChannelFormat format, int64_t vocab,
-                                           int teacher_world_rank, int student_world_rank, at::Device device)
+                                           int teacher_world_rank, int student_world_rank, at::Device device,
+                                           at::Tensor teacher_head)
     : channel_(channel),
       format_(format),
       vocab_(vocab),
       teacher_rank_(teacher_world_rank),
       student_rank_(student_world_rank),
-      device_(device) {}
-
-at::Tensor ChannelTeacherSource::reusable(at::Tensor& slot, at::IntArrayRef shape, at::ScalarType dtype) {
-  // use_count() == 1: only this slot still refers to the buffer, so nobody reads it any more.
-  if (!slot.defined() || slot.use_count() > 1 || slot.sizes() != shape || slot.scalar_type() != dtype)
-    slot = at::empty(shape, at::TensorOptions().dtype(dtype).device(channel_.device()));
-  return slot;
+      device_(device),
+      head_(std::move(teacher_head)) {
+  if (format_.hidden && (!head_.defined() || head_.dim() != 2 || head_.size(0) != vocab_))
+    throw std::invalid_argument("ChannelTeacherSource: a hidden-state channel needs the teacher's head [" +
+                                std::to_string(vocab_) + ", H]");
 }
 
+namespace {
+
+// A receive posted ahead whose message may never come (the job is failing: a desync, or an error
+// unwound the trainer between prefetch and targets) must not block: a Request waits in its
+// destructor. Leaking it keeps its buffer referenced (the request holds it), so a late message
+// still lands in live memory; the process is ending, and on the normal path nothing is abandoned.
+template <class P>
+void abandon(P& p) {
+  (void)p.header_req.release();
+  (void)p.values_req.release();
+  (void)p.indices_req.release();
+}
+
+}  // namespace
+
+ChannelTeacherSource::~ChannelTeacherSource() {
+  for (auto& p : posted_) abandon(*p);
+}
+
+at::Tensor ChannelTeacherSource::reusable(at::IntArrayRef shape, at::ScalarType dtype) {
+  // use_count() == 1: only the pool still refers to the buffer, so nobody reads it any more.
+  for (at::Tensor& t : pool_)
+    if (t.use_count() == 1 && t.sizes() == shape && t.scalar_type() == dtype) return t;
+  at::Tensor fresh = at::empty(shape, at::TensorOptions().dtype(dtype).device(channel_.device()));
+  if (pool_.size() < kMaxPooled) {
+    pool_.push_back(fresh);
+  } else {
+    // Shapes changed (documents mode: each micro-batch as long as its longest document): replace
+    // a free buffer rather than growing the pool.
+    for (at::Tensor& t : pool_)
+      if (t.use_count() == 1) {
+        t = fresh;
+        break;
+      }
+  }
+  return fresh;
+}
+
+std::unique_ptr<ChannelTeacherSource::Posted> ChannelTeacherSource::post(const MicroBatch& batch) {
+  auto p = std::make_unique<Posted>();
+  p->key = BatchKey{batch.kind, batch.step, batch.student, batch.index};
+  p->rows = batch.inputs.numel();
+  p->payload = payload_for(format_, batch.kind);
+  p->header = at::empty({kHeaderWords}, at::TensorOptions().dtype(at::kLong).device(channel_.device()));
+  switch (p->payload) {
+    case kFullF32:
+    case kFullBF16:
+      p->values = reusable({p->rows, vocab_}, p->payload == kFullF32 ? at::kFloat : at::kBFloat16);
+      break;
+    case kHiddenF32:
+    case kHiddenBF16:
+      p->values = reusable({p->rows, head_.size(1)}, p->payload == kHiddenF32 ? at::kFloat : at::kBFloat16);
+      break;
+    case kTopk:
+      p->values = reusable({p->rows, format_.k}, at::kFloat);
+      p->indices = reusable({p->rows, format_.k}, at::kInt);
+      break;
+  }
+  p->header_req = channel_.irecv(p->header, 0, kTagHeader);
+  p->values_req = channel_.irecv(p->values, 0, kTagPayload);
+  if (p->indices.defined()) p->indices_req = channel_.irecv(p->indices, 0, kTagIndices);
+  return p;
+}
+
+void ChannelTeacherSource::prefetch(const MicroBatch& next) { posted_.push_back(post(next)); }
+
 TeacherTargets ChannelTeacherSource::targets(const MicroBatch& batch) {
-  const at::Tensor wire_header = at::empty({kHeaderWords}, at::TensorOptions().dtype(at::kLong).device(channel_.device()));
-  channel_.recv(wire_header, 0, kTagHeader);
-  const at::Tensor header = wire_header.to(at::kCPU);  // the host reads it (a no-op for MPI)
-  const int64_t* h = header.data_ptr<int64_t>();
   const BatchKey mine{batch.kind, batch.step, batch.student, batch.index};
+  if (posted_.empty()) posted_.push_back(post(batch));
+  std::unique_ptr<Posted> p = std::move(posted_.front());
+  posted_.pop_front();
+  if (p->key != mine) {
+    abandon(*p);
+    throw std::logic_error("logit channel: the trainer prefetched " + p->key.describe() + " but asks for " +
+                           mine.describe());
+  }
+  p->header_req->wait();
+  const at::Tensor header = p->header.to(at::kCPU);  // the host reads it (a no-op for MPI)
+  const int64_t* h = header.data_ptr<int64_t>();
   const BatchKey theirs{static_cast<BatchKind>(h[1]), h[2], h[3], h[4]};
   const int64_t rows = batch.inputs.numel();
+  if (h[0] != kMagic || static_cast<uint64_t>(h[5]) != batch.checksum || theirs != mine || h[6] != rows ||
+      h[7] != p->payload)
+    abandon(*p);  // the payload receive may not match what comes: do not wait for it below
   if (h[0] != kMagic)
     throw CommError("logit channel: rank " + std::to_string(student_rank_) + " got a corrupt header from teacher rank " +
                     std::to_string(teacher_rank_) + " while waiting for " + mine.describe());
@@ -131,26 +237,25 @@ TeacherTargets ChannelTeacherSource::targets(const MicroBatch& batch) {
                     std::to_string(batch.checksum) + ") but teacher rank " + std::to_string(teacher_rank_) +
                     " sent targets for " + theirs.describe() + " (ids checksum " +
                     std::to_string(static_cast<uint64_t>(h[5])) + "): the two sides read different batches");
-  bytes_ += static_cast<int64_t>(header.nbytes());
-  switch (static_cast<Payload>(h[7])) {
+  if (h[7] != p->payload)
+    throw CommError("logit channel: teacher rank " + std::to_string(teacher_rank_) + " sent " + payload_name(h[7]) +
+                    " for " + mine.describe() + " but student rank " + std::to_string(student_rank_) + " expects " +
+                    payload_name(p->payload) + " (" + format_.describe() +
+                    "): the two sides disagree on distill.logits or distill.channel_dtype");
+  p->values_req->wait();
+  if (p->indices_req) p->indices_req->wait();
+  bytes_ += static_cast<int64_t>(header.nbytes() + p->values.nbytes() + (p->indices.defined() ? p->indices.nbytes() : 0));
+  switch (p->payload) {
     case kFullF32:
-    case kFullBF16: {
-      at::Tensor logits = reusable(full_, {rows, vocab_}, h[7] == kFullF32 ? at::kFloat : at::kBFloat16);
-      channel_.recv(logits, 0, kTagPayload);
-      bytes_ += static_cast<int64_t>(logits.nbytes());
-      return TeacherTargets::full(logits.to(device_));
-    }
-    case kTopk: {
-      at::Tensor values = reusable(values_, {rows, format_.k}, at::kFloat);
-      at::Tensor indices = reusable(indices_, {rows, format_.k}, at::kInt);
-      channel_.recv(values, 0, kTagPayload);
-      channel_.recv(indices, 0, kTagIndices);
-      bytes_ += static_cast<int64_t>(values.nbytes() + indices.nbytes());
-      return TeacherTargets::topk(values.to(device_), indices.to(device_));
-    }
+    case kFullBF16:
+      return TeacherTargets::full(p->values.to(device_));
+    case kHiddenF32:
+    case kHiddenBF16:
+      return TeacherTargets::from_hidden(p->values.to(device_), head_);
+    case kTopk:
+      return TeacherTargets::topk(p->values.to(device_), p->indices.to(device_));
   }
-  throw CommError("logit channel: unknown payload " + std::to_string(h[7]) + " from teacher rank " +
-                  std::to_string(teacher_rank_));
+  throw std::logic_error("logit channel: unhandled payload");
 }
 
 }  // namespace deepen

@@ -24,19 +24,26 @@ class Request;
 //   payload 0 "full fp32":  logits [N, V] fp32
 //           1 "full bf16":  logits [N, V] bf16
 //           2 "topk":       values [N, k] fp32 (log p_T^τ, see teacher_topk) then indices [N, k] int32
-// So a top-k token costs k·(4 + 4) bytes, plus the 64-byte header per micro-batch.
+//           3 "hidden fp32": final normalised hidden states [N, H] fp32
+//           4 "hidden bf16": the same in bf16
+// So a top-k token costs k·(4 + 4) bytes, a hidden one 2·H (bf16; 8 KiB at H = 4096 against
+// 297 KiB of bf16 logits at V = 151,936), plus the 64-byte header per micro-batch.
 // Both messages live on the channel's device (Communicator::device(): CUDA for NCCL, which moves
 // only device memory; CPU for MPI). The sender copies from the teacher's device to it, the
 // receiver from it to the student's device; where the devices are equal these are no-ops.
-// Train batches use distill.logits; eval batches always go as full logits, so validation KL is exact.
+// Train batches use distill.logits. Eval batches go as full fp32 logits, so validation KL is exact;
+// with the hidden channel they go as fp32 hidden states instead: the student makes the same fp32
+// logits from them with the same head (exact up to the order of the head matmul's sums, as for
+// train batches), at 4·H bytes a token instead of 4·V (37x less at the paper's shapes).
 struct ChannelFormat {
   bool topk = false;
   int64_t k = 0;
-  bool bf16_values = false;  // full logits in bf16 on the wire
+  bool hidden = false;       // hidden states instead of logits: the students hold the teacher's head
+  bool bf16_values = false;  // full logits or hidden states in bf16 on the wire
   TopkTail tail = TopkTail::kRenormalize;
   double temperature = 1.0;
   int64_t vocab_chunk = 8192;
-  std::string describe() const;  // "full", "full:bf16", "topk:64:renormalize"
+  std::string describe() const;  // "full", "full:bf16", "topk:64:renormalize", "hidden:bf16"
 };
 ChannelFormat channel_format(const DistillConfig& distill);
 
@@ -48,8 +55,9 @@ class LogitChannelSender {
  public:
   LogitChannelSender(Communicator& channel, ChannelFormat format, int first_student, int64_t max_in_flight);
   ~LogitChannelSender();
-  // logits [N, V] of `key`'s ids (checksum), to that student.
-  void send(const BatchKey& key, uint64_t checksum, const at::Tensor& logits);
+  // The last stage's output for `key`'s ids (checksum), to that student: logits [..., V], or with
+  // format.hidden the final normalised hidden states [..., H].
+  void send(const BatchKey& key, uint64_t checksum, const at::Tensor& output);
   void flush();
   int64_t bytes_sent() const { return bytes_; }
 
@@ -65,26 +73,42 @@ class LogitChannelSender {
 
 // Student side: the TeacherSource of a distributed run. Checks every header against the batch the
 // student is about to train on and throws CommError naming the step and both ranks on a mismatch.
-// Targets are returned on `device` (the student's).
+// Targets are returned on `device` (the student's). With format.hidden, `teacher_head` [V, H] is
+// the teacher's LM head (load_teacher_head) on `device`: targets are the hidden states and it.
+//
+// Prefetch: prefetch(next) posts the receives of `next`'s header and payload at once (the student
+// knows their sizes: its rows, and the payload kind its format gives the batch's kind), so the
+// transfer runs while the student computes the current micro-batch; targets(next) then only waits.
+// Receives are posted in consumption order (the trainer prefetches the item it will ask for next,
+// batch_order.h's order), which is the order the teacher sends in: MPI matches equal tags in order,
+// NCCL in issue order, so each posted receive gets its own micro-batch, and the header check still
+// proves it.
 class ChannelTeacherSource : public TeacherSource {
  public:
   ChannelTeacherSource(Communicator& channel, ChannelFormat format, int64_t vocab, int teacher_world_rank,
-                       int student_world_rank, at::Device device = at::kCPU);
+                       int student_world_rank, at::Device device = at::kCPU, at::Tensor teacher_head = {});
+  ~ChannelTeacherSource() override;
   TeacherTargets targets(const MicroBatch& batch) override;
+  void prefetch(const MicroBatch& next) override;
   std::string describe() const override { return format_.describe(); }
   int64_t channel_bytes() const override { return bytes_; }
 
  private:
+  struct Posted;
+  std::unique_ptr<Posted> post(const MicroBatch& batch);
   Communicator& channel_;
   ChannelFormat format_;
   int64_t vocab_;
   int teacher_rank_, student_rank_;
   at::Device device_;
+  at::Tensor head_;
   int64_t bytes_ = 0;
+  std::deque<std::unique_ptr<Posted>> posted_;  // receives posted ahead, in consumption order
   // Receive buffers on the channel's device, reused once nobody holds the targets made from them:
-  // a fresh [N, V] tensor per micro-batch would pay a page fault per 4 KiB on every message.
-  at::Tensor reusable(at::Tensor& slot, at::IntArrayRef shape, at::ScalarType dtype);
-  at::Tensor full_, values_, indices_;
+  // a fresh [N, V] tensor per micro-batch would pay a page fault per 4 KiB on every message. With
+  // prefetch two are in use at once (the current micro-batch's and the next one's).
+  at::Tensor reusable(at::IntArrayRef shape, at::ScalarType dtype);
+  std::vector<at::Tensor> pool_;
 };
 
 }  // namespace deepen

@@ -130,7 +130,8 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
     run.stage = TeacherStage::load(cfg.teacher.checkpoint, me.first_layer, me.last_layer, me.stage == 0,
                                    me.stage == layout.teacher_stages - 1,
                                    to_scalar_type(cfg.teacher.dtype), device,
-                                   parse_cpu_kernels(cfg.teacher.cpu_kernels, "teacher.cpu_kernels"));
+                                   parse_cpu_kernels(cfg.teacher.cpu_kernels, "teacher.cpu_kernels"),
+                                   cfg.distill.logits != "hidden");  // hidden: the students hold the head
     run.first_step = steps_done;
     run.end_step = end_step;
     run.stop_at = [&control](int64_t s) { return control.stop_at(s); };
@@ -149,7 +150,8 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
     for (int s = 0; s < layout.students; ++s) student_ranks.push_back(layout.student_rank(s));
     CommStudentGroup group(*groups.students, student_ranks);
     ChannelTeacherSource teacher(*groups.logit_channel, channel_format(cfg.distill), vocab,
-                                 layout.teacher_rank(me.pipeline, layout.teacher_stages - 1), mpi.rank(), device);
+                                 layout.teacher_rank(me.pipeline, layout.teacher_stages - 1), mpi.rank(), device,
+                                 teacher_head_for_channel(cfg, device));
     std::unique_ptr<BatchSource> real_batches;
     const std::unique_ptr<BatchSource> batches =
         with_injected_faults(make_shard_batch_source(cfg, *tokenizer), real_batches);

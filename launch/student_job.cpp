@@ -36,12 +36,16 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
   std::unique_ptr<LocalTeacher> teacher;
   if (distill) {
     const int64_t layers = check_teacher_checkpoint(cfg, vocab, *tokenizer);
+    // A hidden-state channel's single-process run goes the same way: a headless teacher, and the
+    // head on the student's side.
+    const at::Tensor head = teacher_head_for_channel(cfg, device);
     auto stage = TeacherStage::load(cfg.teacher.checkpoint, 0, static_cast<int>(layers), true, true,
                                     to_scalar_type(cfg.teacher.dtype), device,
-                                    parse_cpu_kernels(cfg.teacher.cpu_kernels, "teacher.cpu_kernels"));
+                                    parse_cpu_kernels(cfg.teacher.cpu_kernels, "teacher.cpu_kernels"),
+                                    !head.defined());
     const DistillLossOptions lo = distill_loss_options(cfg.distill);
     teacher = std::make_unique<LocalTeacher>(stage, cfg.distill.logits == "topk" ? cfg.distill.topk : 0,
-                                             cfg.distill.temperature, lo.tail, cfg.distill.vocab_chunk);
+                                             cfg.distill.temperature, lo.tail, cfg.distill.vocab_chunk, head);
   }
   SoloStudentGroup group;
   StudentRun run;
@@ -92,6 +96,16 @@ int64_t check_teacher_checkpoint(const Config& cfg, int64_t vocab, const Tokeniz
                      std::to_string(tc.vocab_size) + " rows, the student " + std::to_string(vocab) + " (" +
                      tok.name() + " tokenizer" + (cfg.student.vocab_size > 0 ? ", student.vocab_size" : ", padded") + ")");
   return tc.num_hidden_layers;
+}
+
+at::Tensor teacher_head_for_channel(const Config& cfg, at::Device device) {
+  if (cfg.distill.logits != "hidden") return {};
+  try {
+    return load_teacher_head(cfg.teacher.checkpoint, to_scalar_type(cfg.teacher.dtype), device);
+  } catch (const InputError& e) {
+    throw InputError(cfg.source + ": distill.logits = \"hidden\": every student needs the teacher's LM head: " +
+                     e.what());
+  }
 }
 
 int visible_cuda_devices() { return static_cast<int>(torch::cuda::device_count()); }

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include "config/config.h"
@@ -34,6 +35,10 @@ class Tokenizer;
 int64_t student_vocab_size(const Config& cfg, const Tokenizer& tokenizer);
 // The teacher's config.json must have exactly the student's vocabulary rows; returns its layers.
 int64_t check_teacher_checkpoint(const Config& cfg, int64_t student_vocab, const Tokenizer& tokenizer);
+// distill.logits = "hidden": the frozen teacher head a student makes the teacher's logits with
+// (lm_head.weight, or the embedding when tied), in teacher.dtype on `device`; undefined otherwise.
+// Throws InputError naming the checkpoint, the tensor and the setting when it cannot be read.
+at::Tensor teacher_head_for_channel(const Config& cfg, at::Device device);
 
 // CUDA devices this process sees (0 without a GPU, a driver, or a CUDA build of LibTorch).
 int visible_cuda_devices();

@@ -37,8 +37,9 @@ void fill(at::Tensor& param, const SafetensorsCheckpoint& ckpt, const ExpectedTe
 }  // namespace
 
 TeacherStage::TeacherStage(const std::string& dir, int first, int last, bool is_first, bool is_last,
-                           at::ScalarType dtype, at::Device device, CpuKernels kernels)
-    : first_(first), last_(last), is_first_(is_first), is_last_(is_last), dtype_(dtype), device_(device) {
+                           at::ScalarType dtype, at::Device device, CpuKernels kernels, bool with_head)
+    : first_(first), last_(last), is_first_(is_first), is_last_(is_last), with_head_(with_head), dtype_(dtype),
+      device_(device) {
   config_ = read_qwen3_config(dir + "/config.json");
   spec_ = decoder_spec_from(config_);
   spec_.cpu_kernels = kernels;
@@ -80,7 +81,9 @@ TeacherStage::TeacherStage(const std::string& dir, int first, int last, bool is_
     norm_ = register_module("norm", RMSNorm(spec_.hidden, spec_.rms_eps, options, spec_.cpu_kernels));
     fill(norm_->weight, ckpt, expected_final_norm(config_), loaded_);
     const std::optional<ExpectedTensor> head = expected_head(config_);
-    if (!head && is_first) {
+    if (!with_head) {
+      // The students make the logits from the hidden states this stage returns.
+    } else if (!head && is_first) {
       head_weight_ = embed_tokens_->weight;  // tied, and this stage holds the embedding already
     } else {
       // Untied: lm_head.weight. Tied on a later stage: its own copy of the embedding matrix.
@@ -109,7 +112,19 @@ at::Tensor TeacherStage::forward(const at::Tensor& input) {
   const Rotary rope = make_rotary(x.size(1), spec_.head_dim, spec_.rope_theta, dtype_, device_);
   for (size_t j = 0; j < layers_->size(); ++j) x = layers_->ptr<DecoderBlockImpl>(j)->forward(x, rope);
   if (!is_last_) return x;
+  if (!with_head_) return norm_(x);
   return at::linear(norm_(x), head_weight_);
+}
+
+at::Tensor load_teacher_head(const std::string& dir, at::ScalarType dtype, at::Device device) {
+  const Qwen3Config config = read_qwen3_config(dir + "/config.json");
+  const SafetensorsCheckpoint ckpt = SafetensorsCheckpoint::open(dir);
+  // Tied (no lm_head.weight): the head is the embedding matrix.
+  const ExpectedTensor e = expected_head(config).value_or(expected_embedding(config));
+  at::Tensor head = at::empty({config.vocab_size, config.hidden_size}, at::TensorOptions().dtype(dtype).device(device));
+  std::vector<std::string> loaded;
+  fill(head, ckpt, e, loaded);
+  return head;
 }
 
 }  // namespace deepen

@@ -21,7 +21,9 @@ DecoderSpec decoder_spec_from(const Qwen3Config& config);
 //   is_first: owns model.embed_tokens; forward takes ids [B, T] int64.
 //   otherwise forward takes the previous stage's hidden [B, T, hidden] (cast to the stage dtype).
 //   is_last:  owns model.norm and the head (lm_head, or the embedding when tie_word_embeddings);
-//             forward returns logits [B, T, vocab] in the stage dtype.
+//             forward returns logits [B, T, vocab] in the stage dtype. With with_head = false
+//             (distill.logits = "hidden": the students hold the head) it neither reads nor runs
+//             the head and returns the final normalised hidden states [B, T, hidden].
 //   otherwise forward returns hidden [B, T, hidden] in the stage dtype.
 // A whole teacher is TeacherStage(dir, 0, num_hidden_layers, true, true, ...). Stages are frozen:
 // parameters have requires_grad = false and forward runs under NoGradGuard (not InferenceMode:
@@ -35,11 +37,13 @@ class TeacherStage : public torch::nn::Module {
   // is_last == (last == num_hidden_layers)). dtype: at::kFloat or at::kBFloat16. kernels: the fp32
   // CPU path (teacher.cpu_kernels, model/cpu_kernel_choice.h).
   TeacherStage(const std::string& dir, int first, int last, bool is_first, bool is_last,
-               at::ScalarType dtype, at::Device device = at::kCPU, CpuKernels kernels = CpuKernels::kAuto);
+               at::ScalarType dtype, at::Device device = at::kCPU, CpuKernels kernels = CpuKernels::kAuto,
+               bool with_head = true);
   static std::shared_ptr<TeacherStage> load(const std::string& dir, int first, int last,
                                             bool is_first, bool is_last, at::ScalarType dtype,
-                                            at::Device device = at::kCPU, CpuKernels kernels = CpuKernels::kAuto) {
-    return std::make_shared<TeacherStage>(dir, first, last, is_first, is_last, dtype, device, kernels);
+                                            at::Device device = at::kCPU, CpuKernels kernels = CpuKernels::kAuto,
+                                            bool with_head = true) {
+    return std::make_shared<TeacherStage>(dir, first, last, is_first, is_last, dtype, device, kernels, with_head);
   }
 
   at::Tensor forward(const at::Tensor& input);
@@ -49,6 +53,7 @@ class TeacherStage : public torch::nn::Module {
   int last_layer() const { return last_; }
   bool is_first() const { return is_first_; }
   bool is_last() const { return is_last_; }
+  bool with_head() const { return with_head_; }
   at::ScalarType dtype() const { return dtype_; }
   at::Device device() const { return device_; }
   // HF names of the tensors this stage read, in load order (tests: "reads only its tensors").
@@ -61,6 +66,7 @@ class TeacherStage : public torch::nn::Module {
   DecoderSpec spec_;
   int first_, last_;
   bool is_first_, is_last_;
+  bool with_head_ = true;
   at::ScalarType dtype_;
   at::Device device_;
   std::vector<std::string> loaded_;
@@ -71,5 +77,11 @@ class TeacherStage : public torch::nn::Module {
   Projection lm_head_{nullptr};  // lm_head.weight; or, tied, the embedding when stage 0 lacks it
   at::Tensor head_weight_;       // what the head multiplies by: lm_head_ or the tied embedding
 };
+
+// The teacher's LM head [vocab, hidden] alone, as the student of a hidden-state channel needs it:
+// lm_head.weight, or model.embed_tokens.weight when the checkpoint ties them (small Qwen3 models),
+// checked against dir/config.json like every stage tensor, frozen, in `dtype` on `device`. Throws
+// InputError naming the file and tensor when the checkpoint lacks it.
+at::Tensor load_teacher_head(const std::string& dir, at::ScalarType dtype, at::Device device = at::kCPU);
 
 }  // namespace deepen

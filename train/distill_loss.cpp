@@ -30,6 +30,8 @@ struct Prepared {
   Tensor w;          // [V, H]
   Mode mode = Mode::kNone;
   Tensor t_logits;   // full: [N, V]
+  Tensor t_hidden;   // full, sent as hidden states: [N, Ht], with t_head [V, Ht] (t = t_hidden·t_headᵀ)
+  Tensor t_head;
   Tensor t_values;   // top-k: [N, k] in the compute dtype
   Tensor t_idx;      // top-k: [N, k] int64
   Tensor labels;     // [N] int64, or undefined
@@ -55,7 +57,8 @@ Prepared prepare(const Tensor& hidden, const Tensor& weight, const TeacherTarget
   p.n = p.h.size(0);
   p.w = weight;
   p.acc = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  if (teacher.is_full() && teacher.is_topk()) throw InputError(where + "teacher targets are both full and top-k");
+  if (int{teacher.is_full()} + int{teacher.is_topk()} + int{teacher.is_hidden()} > 1)
+    throw InputError(where + "teacher targets must be one of full, top-k or hidden");
   if (o.alpha > 0 && teacher.empty()) throw InputError(where + "alpha > 0 needs teacher targets");
   if (o.alpha < 1 && !labels.defined()) throw InputError(where + "alpha < 1 needs labels for the CE term");
   if (teacher.is_full()) {
@@ -66,6 +69,23 @@ Prepared prepare(const Tensor& hidden, const Tensor& weight, const TeacherTarget
                        " tokens × the student's vocabulary " + std::to_string(p.vocab));
     if (!at::isFloatingType(t.scalar_type())) throw InputError(where + "teacher logits must be floating point");
     p.t_logits = t.reshape({p.n, p.vocab});
+  } else if (teacher.is_hidden()) {
+    // Full logits that arrive as their two factors: every later step is the full form's.
+    p.mode = Mode::kFull;
+    const Tensor& g = teacher.hidden;
+    const Tensor& u = teacher.head;
+    if (!u.defined() || u.dim() != 2 || u.size(0) != p.vocab)
+      throw InputError(where + "teacher head " + (u.defined() ? shape_of(u) : "(none)") +
+                       " does not match the student's vocabulary " + std::to_string(p.vocab) + " (expected [V, Ht])");
+    if (g.dim() < 1 || g.size(-1) != u.size(1) || g.numel() != p.n * u.size(1))
+      throw InputError(where + "teacher hidden states " + shape_of(g) + " do not match " + std::to_string(p.n) +
+                       " tokens × the teacher head's width " + std::to_string(u.size(1)));
+    if (!at::isFloatingType(g.scalar_type()) || !at::isFloatingType(u.scalar_type()))
+      throw InputError(where + "teacher hidden states and head must be floating point");
+    p.t_hidden = g.reshape({p.n, u.size(1)});
+    // One dtype for the matmul: the head's (the teacher's compute dtype); a bf16 wire is widened.
+    if (p.t_hidden.scalar_type() != u.scalar_type()) p.t_hidden = p.t_hidden.to(u.scalar_type());
+    p.t_head = u;
   } else if (teacher.is_topk()) {
     p.mode = Mode::kTopk;
     const Tensor& v = teacher.values;
@@ -142,6 +162,14 @@ Tensor chunk_logits(const Tensor& h, const Tensor& w, int64_t c0, int64_t c, at:
   return at::matmul(h, w.narrow(0, c0, c).t()).to(acc);
 }
 
+// Teacher logits of chunk [c0, c0 + c) in the compute dtype: read from the full [N, V] tensor, or
+// made from the teacher's hidden states and head (then nothing [N, V] exists on this side).
+Tensor teacher_chunk(const Tensor& t_logits, const Tensor& t_hidden, const Tensor& t_head, int64_t c0, int64_t c,
+                     at::ScalarType acc) {
+  if (t_logits.defined()) return t_logits.narrow(1, c0, c).to(acc);
+  return chunk_logits(t_hidden, t_head, c0, c, acc);
+}
+
 struct ChunkedDistillFn : public torch::autograd::Function<ChunkedDistillFn> {
   static variable_list forward(AutogradContext* ctx, const Tensor& h, const Tensor& w, const Prepared* pp,
                                const DistillLossOptions& o) {
@@ -174,7 +202,7 @@ struct ChunkedDistillFn : public torch::autograd::Function<ChunkedDistillFn> {
       const Tensor xs = tau == 1.0 ? z : z / tau;
       s_tau.update(xs);
       if (p.mode == Mode::kFull) {
-        Tensor tc = p.t_logits.narrow(1, c0, c).to(p.acc);
+        Tensor tc = teacher_chunk(p.t_logits, p.t_hidden, p.t_head, c0, c, p.acc);
         if (tau != 1.0) tc = tc / tau;
         auto [e, rescale] = t_tau.update(tc);
         // Teacher logits must be finite (a −inf logit would make 0·inf here).
@@ -251,6 +279,8 @@ struct ChunkedDistillFn : public torch::autograd::Function<ChunkedDistillFn> {
     keep("lse_tau", lse_tau);
     keep("lse_one", lse_one);
     keep("t_logits", p.t_logits);
+    keep("t_hidden", p.t_hidden);
+    keep("t_head", p.t_head);
     keep("t_lse", t_lse);
     keep("t_idx", p.t_idx);
     keep("topk_target", topk_target);
@@ -272,6 +302,7 @@ struct ChunkedDistillFn : public torch::autograd::Function<ChunkedDistillFn> {
     const Mode mode = static_cast<Mode>(sd.at("mode").toInt());
     const bool bucket = sd.at("bucket").toBool();
     const Tensor lse_tau = get("lse_tau"), lse_one = get("lse_one"), t_logits = get("t_logits"), t_lse = get("t_lse"),
+                 t_hidden = get("t_hidden"), t_head = get("t_head"),
                  t_idx = get("t_idx"), topk_target = get("topk_target"), tail_factor = get("tail_factor"),
                  labels = get("labels");
     const Tensor scale = get("scale");
@@ -298,7 +329,7 @@ struct ChunkedDistillFn : public torch::autograd::Function<ChunkedDistillFn> {
         Tensor s = (xs - lse_tau.unsqueeze(1)).exp_();  // s^τ
         const double w_kl = share ? alpha : 1.0;        // share: s − α·target; else (s − target)·ατ below
         if (mode == Mode::kFull) {
-          const Tensor tc = t_logits.narrow(1, c0, c).to(acc);
+          const Tensor tc = teacher_chunk(t_logits, t_hidden, t_head, c0, c, acc);
           dz = s.sub_((tau == 1.0 ? tc - t_lse.unsqueeze(1) : tc / tau - t_lse.unsqueeze(1)).exp_(), w_kl);
         } else if (!bucket) {
           const ChunkIds ids(t_idx, c0, c);
@@ -375,7 +406,8 @@ DistillLoss distill_loss_reference(const Tensor& hidden, const Tensor& head_weig
     const Tensor log_s = at::log_softmax(z / tau, 1);
     Tensor kl_tok;
     if (p.mode == Mode::kFull) {
-      const Tensor log_p = at::log_softmax(p.t_logits.to(p.acc) / tau, 1);
+      const Tensor t = p.t_logits.defined() ? p.t_logits : at::matmul(p.t_hidden, p.t_head.t());
+      const Tensor log_p = at::log_softmax(t.to(p.acc) / tau, 1);
       kl_tok = (at::exp(log_p) * (log_p - log_s)).sum(1);
     } else if (o.tail == TopkTail::kRenormalize) {
       const Tensor logq = at::log_softmax(p.t_values, 1);

@@ -21,6 +21,12 @@ namespace deepen {
 // full:  teacher logits t [N, V] (fp32 or bf16). p = softmax(t/τ), T_τ = logsumexp(t/τ),
 //        KL = Σ_i p_i (log p_i − log s^τ_i) = Σ_i p_i (t_i − z_i)/τ − T_τ + L_τ.
 //        dKL/dz_i = (s^τ_i − p_i)/τ.
+// hidden: the teacher's final normalised hidden states g [N, Ht] and its LM head U [V, Ht]: the
+//        teacher logits are t = g·Uᵀ, made chunk by chunk (t_c = g·U_cᵀ) exactly where the full
+//        form reads its chunk of t, in the forward and again in the backward; from there on it IS
+//        the full form, so the KL stays exact over the whole vocabulary while no [N, V] teacher
+//        tensor exists. The only difference to sending t: each chunk's matmul sums the same Ht
+//        products, possibly in another order (BLAS blocking), see the test's tolerance.
 // top-k: K = the teacher's k ids per token (distinct), v_j = log p_T^τ at id_j: the teacher's
 //        log-probabilities at temperature τ over the FULL vocabulary (teacher_topk makes them;
 //        values are used as given, τ is not applied to them again).
@@ -64,13 +70,19 @@ struct TeacherTargets {
   at::Tensor logits;   // full: [N, V] raw logits, fp32 or bf16 (τ applied inside the loss)
   at::Tensor values;   // top-k: [N, k] log p_T^τ at the ids (fp32 or bf16), see teacher_topk
   at::Tensor indices;  // top-k: [N, k] int64 or int32, distinct within a row
+  at::Tensor hidden;   // hidden: [N, Ht] the teacher's final normalised hidden states (fp32 or bf16)
+  at::Tensor head;     // hidden: [V, Ht] the teacher's frozen LM head (lm_head, or its tied embedding)
 
   static TeacherTargets none() { return {}; }
   static TeacherTargets full(at::Tensor logits) { return {std::move(logits), {}, {}}; }
   static TeacherTargets topk(at::Tensor values, at::Tensor indices) { return {{}, std::move(values), std::move(indices)}; }
+  static TeacherTargets from_hidden(at::Tensor hidden, at::Tensor head) {
+    return {{}, {}, {}, std::move(hidden), std::move(head)};
+  }
   bool is_full() const { return logits.defined(); }
   bool is_topk() const { return values.defined(); }
-  bool empty() const { return !is_full() && !is_topk(); }
+  bool is_hidden() const { return hidden.defined(); }
+  bool empty() const { return !is_full() && !is_topk() && !is_hidden(); }
 };
 
 struct DistillLoss {
@@ -83,7 +95,7 @@ struct DistillLoss {
 // The chunked loss (see above). hidden: [..., H] final hidden states (after the final norm, if any);
 // head_weight: [V, H] (the tied embedding or the LM head); labels: [...] int64 next-token ids, or
 // undefined (then α must be 1). Teacher: none (then α must be 0: the CE-only pretraining loss),
-// full or top-k. Eval: call it under at::NoGradGuard with τ = 1 to get KL(teacher‖student) and CE.
+// full, top-k or hidden. Eval: call it under at::NoGradGuard with τ = 1 to get KL(teacher‖student) and CE.
 // Throws InputError on mismatched shapes, ids outside [0, V), or a missing teacher/labels for α.
 DistillLoss distill_loss(const at::Tensor& hidden, const at::Tensor& head_weight, const TeacherTargets& teacher,
                          const at::Tensor& labels, const DistillLossOptions& options);

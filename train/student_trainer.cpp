@@ -237,14 +237,22 @@ Trainer::StepLosses Trainer::train_step(int64_t step, const std::vector<BatchKey
       local_tokens += target_tokens(micro.back().labels);
     }
   });
+  // Prefetch: micro-batch i + 1's teacher targets travel while micro-batch i computes (the first
+  // one's during the token count's all-reduce), in the order the teacher sends them.
+  auto prefetch = [&](size_t i) {
+    if (run_.teacher && i < micro.size()) run_.teacher->prefetch(micro[i]);
+  };
+  prefetch(0);
   out.tokens = timer_.time(StudentPart::kGradSync, [&] {
     return static_cast<int64_t>(group_.sum({static_cast<double>(local_tokens)})[0]);
   });
   double sums[4] = {0, 0, 0, 0};  // loss·n, kl·n, ce·n, n
-  for (const MicroBatch& mb : micro) {
+  for (size_t i = 0; i < micro.size(); ++i) {
+    const MicroBatch& mb = micro[i];
     const TeacherTargets targets = timer_.time(StudentPart::kTeacherWait, [&] {
       return run_.teacher ? run_.teacher->targets(mb) : TeacherTargets::none();
     });
+    prefetch(i + 1);
     timer_.time(StudentPart::kCompute, [&] {
       const at::Tensor hidden = student_->forward_hidden(mb.inputs.to(device_));
       const DistillLoss l =

@@ -1,5 +1,6 @@
 // Evaluation: validation CE and KL over the eval batches this student owns, summed over students.
 #include <cmath>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -13,10 +14,19 @@ namespace deepen {
 void Trainer::evaluate(int64_t step, int stage, bool stage_end, const std::vector<BatchKey>& batches) {
   at::NoGradGuard no_grad;
   double sums[3] = {0, 0, 0};  // kl·n, ce·n, n
-  for (const BatchKey& key : batches) {
-    if (key.kind != BatchKind::kEval) continue;  // only this student's: step_batches gave them
-    const MicroBatch mb = run_.batches->get(key);  // carries step and student: identifies it on a channel
+  std::vector<BatchKey> mine;  // only this student's: step_batches gave them
+  for (const BatchKey& key : batches)
+    if (key.kind == BatchKind::kEval) mine.push_back(key);
+  // Each carries step and student: identifies it on a channel. Batch j + 1's targets are prefetched
+  // while batch j computes (see Trainer::train_step).
+  MicroBatch next = mine.empty() ? MicroBatch{} : run_.batches->get(mine[0]);
+  for (size_t j = 0; j < mine.size(); ++j) {
+    const MicroBatch mb = std::move(next);
     const TeacherTargets targets = run_.teacher ? run_.teacher->targets(mb) : TeacherTargets::none();
+    if (j + 1 < mine.size()) {
+      next = run_.batches->get(mine[j + 1]);
+      if (run_.teacher) run_.teacher->prefetch(next);
+    }
     const at::Tensor hidden = student_->forward_hidden(mb.inputs.to(device_));
     const DistillLoss l =
         distill_loss(hidden, student_->head_weight(), targets, mb.labels.to(device_), eval_options_);

@@ -12,6 +12,9 @@ Cases:
   layout-2x1+4     2 pipelines x 1 stage + 4 students == single process
   layout-1x3+1     3-stage pipeline, one student: bit-identical to the single process
   topk             top-k channel == single-process top-k; channel bytes/token = k*(4+4) + header
+  hidden-1x1+1     hidden-state channel (students hold the teacher's head) == single-process hidden,
+  hidden-1x2+2     on three layouts; channel bytes/token = 4*hidden + header (fp32 on the wire)
+  hidden-2x1+2
   resume           a distributed run stopped after 5 steps (exit 3) and rerun == uninterrupted
   paper            the paper's protocol (student.init = teacher, phase_policy = reset, post-norm with
                    its entry norm): 1 pipeline x 2 stages + 2 students == single process
@@ -246,6 +249,28 @@ class Cases:
         print(f"top-k k=8: {per_train_batch / rows:.1f} bytes/token on the channel "
               f"(k*(4+4) = 64 + 64-byte header per {rows}-token micro-batch); full fp32 would be {320 * 4} bytes/token")
 
+    def hidden(self, pipelines, stages, students):
+        # The teacher's last stage sends its final normalised hidden states, the students make the
+        # logits with their copy of its head, chunk by chunk inside the loss; the single process
+        # does the same with a headless local teacher, so one student is bit-identical (tolerance
+        # 0) and two or more students differ only by the gradient average's order (1e-5, as the
+        # layout cases). Prefetch is on in the distributed run: the results must not change.
+        tag = f"{pipelines}x{stages}+{students}"
+        sets = ['distill.logits="hidden"', f"parallel.teacher_pipelines={pipelines}",
+                f"parallel.teacher_stages={stages}", f"parallel.students={students}"]
+        single = os.path.join(self.work, f"single-hidden-{tag}")
+        dist = os.path.join(self.work, f"dist-hidden-{tag}")
+        self.train(single, sets)
+        self.train(dist, sets, ranks=pipelines * stages + students)
+        self.compare(single, dist, 0.0 if students == 1 else 1e-5, f"hidden-state channel {tag}")
+        # Per train micro-batch: header 64 B + rows * hidden * 4 B (fp32 wire; the teacher is 48 wide).
+        m = records(dist, "metrics.jsonl")
+        rows, hidden, micro_per_step = 2 * 32, 48, 2
+        per_train_batch = 64 + rows * hidden * 4
+        assert m[0]["channel_bytes"] == micro_per_step * per_train_batch, (m[0]["channel_bytes"], per_train_batch)
+        print(f"hidden channel {tag}: {per_train_batch / rows:.1f} bytes/token "
+              f"(4*hidden = {4 * hidden} + 64-byte header per {rows}-token micro-batch)")
+
     def resume(self):
         sets = ["parallel.teacher_stages=2", "parallel.students=2"]
         whole = os.path.join(self.work, "dist-whole")
@@ -407,7 +432,9 @@ def main():
     a = ap.parse_args()
     c = Cases(a.deepen, a.work)
     cases = {"setup": c.setup, "layout-1x2+2": lambda: c.layout(1, 2, 2), "layout-2x1+4": lambda: c.layout(2, 1, 4),
-             "layout-1x3+1": lambda: c.layout(1, 3, 1), "topk": c.topk, "resume": c.resume, "paper": c.paper, "desync": c.desync,
+             "layout-1x3+1": lambda: c.layout(1, 3, 1), "topk": c.topk,
+             "hidden-1x1+1": lambda: c.hidden(1, 1, 1), "hidden-1x2+2": lambda: c.hidden(1, 2, 2),
+             "hidden-2x1+2": lambda: c.hidden(2, 1, 2), "resume": c.resume, "paper": c.paper, "desync": c.desync,
              "global-batch": c.global_batch, "resume-layout": c.resume_layout, "sweep": c.sweep}
     cases[a.case]()
 

@@ -356,6 +356,21 @@ TEST(Trainer, TopkChannelRunCompletesAndMatchesItsOwnRecordFormat) {
   EXPECT_EQ(meta["teacher"].get<std::string>(), "topk:8:bucket");
 }
 
+// The hidden-state channel in one process: a headless teacher, its head on the student's side.
+// Its numbers against the full-logit path are DistillLoss.HiddenStateTargets*'s; against the
+// distributed run, tests/e2e/distributed_train.py's hidden-* cases.
+TEST(Trainer, HiddenChannelRunCompletesAndRecordsItsFormat) {
+  TinyWorld world;
+  const Config cfg = world.config("hidden", {"distill.logits=\"hidden\""});
+  ASSERT_EQ(run_train_job(cfg, quiet()), kExitOk);
+  std::ifstream in(world.dir("hidden") / "run.json");
+  const auto meta = nlohmann::json::parse(in);
+  EXPECT_EQ(meta["teacher"].get<std::string>(), "hidden");
+  const auto evals = records(world.dir("hidden"), "eval.jsonl");
+  ASSERT_FALSE(evals.empty());
+  EXPECT_GT(evals.back()["val_kl"].get<double>(), 0);
+}
+
 TEST(Trainer, BudgetSmallerThanOneStepFailsBeforeWritingAnything) {
   TinyWorld world;
   const Config cfg = world.config("tiny-budget", {"curriculum.stage_steps=[]",

@@ -35,6 +35,44 @@ TEST(SplitLayers, BalancedWithTheRemainderOnTheFirstStages) {
   EXPECT_THROW(split_layers(3, 0), InputError);
 }
 
+TEST(SplitLayers, CountingTheHeadMovesLayersOffTheLastStage) {
+  using R = std::vector<std::pair<int, int>>;
+  const double head_8b = lm_head_layer_equivalents(151936, 4096, 32, 8, 128, 12288);
+  EXPECT_NEAR(head_8b, 3.226, 0.001);  // 622.3M head multiply-adds / 192.9M per layer
+  // Qwen3-8B on 4 stages: the last stage carries the head, so it gets 6 layers (9.2 layers' worth)
+  // and the others 10; with the hidden channel it has no head and the split is the plain one.
+  EXPECT_EQ(split_layers_with_head(36, 4, head_8b), (R{{0, 10}, {10, 20}, {20, 30}, {30, 36}}));
+  EXPECT_EQ(split_layers_with_head(36, 4, 0), (R{{0, 9}, {9, 18}, {18, 27}, {27, 36}}));
+  EXPECT_EQ(split_layers_with_head(36, 2, head_8b), (R{{0, 20}, {20, 36}}));
+  EXPECT_EQ(split_layers_with_head(28, 4, 3.2), (R{{0, 8}, {8, 16}, {16, 24}, {24, 28}}));
+  EXPECT_EQ(split_layers_with_head(10, 3, 3.2), (R{{0, 5}, {5, 9}, {9, 10}}));
+  EXPECT_EQ(split_layers_with_head(5, 1, 3.2), (R{{0, 5}}));
+  // Every stage still gets a layer, however heavy the head.
+  EXPECT_EQ(split_layers_with_head(3, 3, 100), (R{{0, 1}, {1, 2}, {2, 3}}));
+  EXPECT_THROW(split_layers_with_head(3, 4, 1), InputError);
+  EXPECT_THROW(split_layers_with_head(3, 2, -1), InputError);
+}
+
+TEST(SplitLayers, WithoutAHeadTheSplitIsThePlainOne) {
+  for (int layers = 1; layers <= 60; ++layers)
+    for (int stages = 1; stages <= layers; ++stages)
+      EXPECT_EQ(split_layers_with_head(layers, stages, 0), split_layers(layers, stages)) << layers << "/" << stages;
+}
+
+TEST(SplitLayers, CountingTheHeadNeverMakesTheCostliestStageDearer) {
+  // The plain split's costliest stage (its last carries the head) bounds the counted split's.
+  auto worst = [](const std::vector<std::pair<int, int>>& r, double head) {
+    double w = 0;
+    for (size_t s = 0; s < r.size(); ++s) w = std::max(w, (r[s].second - r[s].first) + (s + 1 == r.size() ? head : 0.0));
+    return w;
+  };
+  for (double head : {0.5, 1.0, 3.2, 7.0})
+    for (int layers = 2; layers <= 40; ++layers)
+      for (int stages = 2; stages <= std::min(layers, 8); ++stages)
+        EXPECT_LE(worst(split_layers_with_head(layers, stages, head), head), worst(split_layers(layers, stages), head))
+            << layers << "/" << stages << " head " << head;
+}
+
 TEST(TeacherStage, TwoAndThreeStagesGiveTheSameLogitsAsOne) {
   for (const std::string name : {"untied_gqa_sharded", "tied_gqa", "untied_mha"}) {
     const std::string dir = test::tiny_qwen3_fixtures() + "/" + name;
@@ -124,6 +162,48 @@ TEST(TeacherStage, IntegerTensorIsRejected) {
       if (name == "model.norm.weight") t = t.to(at::kInt);
   });
   expect_input_error(dir, "tensor model.norm.weight: dtype I32");
+}
+
+// The hidden-state channel: the last stage without its head returns the final normalised hidden
+// states, and the head a student reads on its own (lm_head, or the tied embedding) turns them into
+// the logits the headed stage returns. Derived bound: 0 up to the head matmul's summation order
+// (at::linear vs at::matmul over the same H fp32 products, each within γ_H·Σ|g||u| of exact):
+// |Δ| ≤ 2·γ_H·max Σ_k |g_k||u_jk|.
+TEST(TeacherStage, HeadlessLastStageAndTheHeadAloneGiveTheLogits) {
+  for (const std::string name : {"untied_gqa_sharded", "tied_gqa"}) {
+    const std::string dir = test::tiny_qwen3_fixtures() + "/" + name;
+    const int layers = static_cast<int>(read_qwen3_config(dir + "/config.json").num_hidden_layers);
+    const at::Tensor ids = test::read_ids(dir + "/ids.txt").front();
+    TeacherStage headed(dir, 0, layers, true, true, at::kFloat);
+    TeacherStage headless(dir, 0, layers, true, true, at::kFloat, at::kCPU, CpuKernels::kAuto, /*with_head=*/false);
+    const at::Tensor head = load_teacher_head(dir, at::kFloat);
+    const at::Tensor g = headless.forward(ids);
+    ASSERT_EQ(g.size(-1), head.size(1)) << name;
+    const at::Tensor logits = at::matmul(g, head.t());
+    const double scale = at::matmul(g.abs(), head.abs().t()).max().item<double>();
+    const double h = static_cast<double>(head.size(1)), gamma = h * 0x1p-24 / (1 - h * 0x1p-24);
+    EXPECT_LE(test::max_abs_diff(logits, headed.forward(ids)), 2 * gamma * scale) << name;
+    EXPECT_FALSE(head.requires_grad());
+    for (const std::string& loaded : headless.loaded_tensor_names()) EXPECT_NE(loaded, "lm_head.weight") << name;
+  }
+}
+
+TEST(TeacherStage, MissingHeadIsNamedForTheHiddenChannel) {
+  // An untied config whose checkpoint lost lm_head.weight: a student cannot make the logits.
+  const std::string src = test::tiny_qwen3_fixtures() + "/untied_mha";
+  const std::string dst = test::temp_dir("teacher_no_head");
+  std::filesystem::copy_file(src + "/config.json", dst + "/config.json");
+  const SafetensorsFile file = SafetensorsFile::open(src + "/model.safetensors");
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const TensorInfo& info : file.tensors())
+    if (info.name != "lm_head.weight") tensors.emplace_back(info.name, file_tensor(file, info).clone());
+  write_tensors(dst + "/model.safetensors", tensors);
+  try {
+    load_teacher_head(dst, at::kFloat);
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor lm_head.weight: missing"), std::string::npos) << e.what();
+  }
 }
 
 TEST(TeacherStage, Bf16CheckpointLoadsIntoFp32) {

@@ -73,6 +73,7 @@ Problem to_double(const Problem& p) {
   return {p.hidden.to(at::kDouble), p.weight.to(at::kDouble), p.teacher_logits.to(at::kDouble), p.labels};
 }
 TeacherTargets to_double(const TeacherTargets& t) {
+  if (t.is_hidden()) return TeacherTargets::from_hidden(t.hidden.to(at::kDouble), t.head.to(at::kDouble));
   return t.is_full() ? TeacherTargets::full(t.logits.to(at::kDouble))
                      : TeacherTargets::topk(t.values.to(at::kDouble), t.indices);
 }
@@ -133,9 +134,15 @@ Bounds derived_bounds(const Problem& p, const TeacherTargets& t, const DistillLo
   const bool kl_part = alpha > 0 && has_kl;  // ... and enters the loss and its gradient when α > 0
   if (has_kl) {
     Tensor target;
-    if (t.is_full()) {
-      const Tensor tl = t.logits.to(at::kDouble);
+    if (t.is_full() || t.is_hidden()) {
+      const Tensor tl = t.is_full() ? t.logits.to(at::kDouble) : t.hidden.to(at::kDouble).matmul(t.head.to(at::kDouble).t());
       eps_t = 4 * kU * (std::get<0>(tl.abs().max(1)) / tau) + 2 * kU;
+      if (t.is_hidden()) {
+        // The teacher logits are themselves made in fp32 (g·u_j, Ht products): each errs by
+        // ≤ γ_Ht·Σ_k |g_k||u_jk|, and a log-probability (logit minus log-sum-exp) by twice that.
+        const Tensor g = t.hidden.to(at::kDouble), u = t.head.to(at::kDouble);
+        eps_t = eps_t + 2 * gamma_n(static_cast<double>(g.size(1))) * std::get<0>(g.abs().matmul(u.abs().t()).max(1)) / tau;
+      }
       target = torch::softmax(tl / tau, 1);
       dz_abs = s_tau + target;
     } else {
@@ -218,6 +225,68 @@ TEST(DistillLoss, FullLogitsMatchUnchunkedAutogradInFp32) {
       }
     }
   }
+}
+
+// The hidden-state channel: the student gets the teacher's final hidden states g and its head U and
+// makes t = g·Uᵀ one vocabulary chunk at a time; the full-logit channel sends t = g·Uᵀ made in one
+// [N, Ht]·[Ht, V] matmul. The two differ only in how each t_j's Ht products are summed (BLAS
+// blocks a chunk's matmul differently from the whole one), so both are within the derived fp32
+// bound of the exact (fp64) loss and gradients, which derived_bounds extends by that teacher-logit
+// rounding (2·γ_Ht·max_j Σ_k |g_k||u_jk| / τ per log-probability); hence they are within the sum of
+// the two bounds of each other. Checked for loss, KL, CE and the gradients w.r.t. the student's
+// hidden states and head, over α, τ and chunk sizes that do and do not divide V.
+TEST(DistillLoss, HiddenStateTargetsGiveTheFullLogitLossAndGradientsInFp32) {
+  const int64_t n = 37, h = 16, v = 1001, teacher_h = 24;
+  const Problem p = make_problem(n, h, v);
+  torch::manual_seed(7);
+  const Tensor g = torch::randn({n, teacher_h});  // unit-RMS, as after the teacher's final norm
+  const Tensor head = torch::randn({v, teacher_h}) * (2.0 / std::sqrt(static_cast<double>(teacher_h)));
+  const TeacherTargets hidden = TeacherTargets::from_hidden(g, head);
+  const TeacherTargets full = TeacherTargets::full(at::matmul(g, head.t()));  // what the teacher would send
+  for (double alpha : {1.0, 0.5}) {
+    for (double tau : {1.0, 2.0}) {
+      for (int64_t chunk : {97, 1001, 4096}) {
+        const DistillLossOptions o{alpha, tau, chunk, TopkTail::kRenormalize, -100};
+        const std::string what = "hidden vs full, " + describe(alpha, tau, chunk);
+        const Result via_hidden = chunked(p, hidden, o, p.labels);
+        const Result via_full = chunked(p, full, o, p.labels);
+        const Result exact = reference(to_double(p), to_double(hidden), o, p.labels);
+        const Bounds b = derived_bounds(p, hidden, o, p.labels, exact);
+        const std::pair<const char*, std::tuple<Tensor, Tensor, Tensor, double>> checks[] = {
+            {"loss", {via_hidden.loss, via_full.loss, exact.loss, b.loss}},
+            {"kl", {via_hidden.kl, via_full.kl, exact.kl, b.kl}},
+            {"ce", {via_hidden.ce, via_full.ce, exact.ce, b.ce}},
+            {"grad hidden", {via_hidden.grad_hidden, via_full.grad_hidden, exact.grad_hidden, b.grad_hidden}},
+            {"grad head", {via_hidden.grad_weight, via_full.grad_weight, exact.grad_weight, b.grad_weight}}};
+        for (const auto& [name, c] : checks) {
+          const auto& [got_hidden, got_full, ex, bound] = c;
+          EXPECT_LE(distance(got_hidden, ex), bound) << what << ": " << name << " (hidden path) vs exact";
+          EXPECT_LE(distance(got_full, ex), bound) << what << ": " << name << " (full path) vs exact";
+          EXPECT_LE(distance(got_hidden, got_full), 2 * bound) << what << ": " << name;
+        }
+        EXPECT_GT(exact.kl.item<double>(), 0.1) << what;  // a teacher the student disagrees with
+      }
+    }
+  }
+  // And the unchunked reference takes hidden targets too (it materializes g·Uᵀ once).
+  expect_matches_reference(p, hidden, {1.0, 1.0, 97, TopkTail::kRenormalize, -100}, "hidden vs reference");
+}
+
+TEST(DistillLoss, HiddenStateTargetsOfTheWrongShapeAreNamed) {
+  const Problem p = make_problem(4, 8, 50);
+  const DistillLossOptions o;
+  auto error_of = [&](const TeacherTargets& t) {
+    try {
+      distill_loss(p.hidden, p.weight, t, {}, o);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of(TeacherTargets::from_hidden(torch::randn({4, 6}), torch::randn({49, 6}))).find("student's vocabulary 50"),
+            std::string::npos);
+  EXPECT_NE(error_of(TeacherTargets::from_hidden(torch::randn({4, 5}), torch::randn({50, 6}))).find("teacher head's width 6"),
+            std::string::npos);
 }
 
 TEST(DistillLoss, TopkRenormalizeMatchesUnchunkedAutogradInFp32) {
