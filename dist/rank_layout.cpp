@@ -33,7 +33,7 @@ std::string join(const std::set<std::string>& xs) {
 
 }  // namespace
 
-RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teacher_layers) {
+RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teacher_layers, double head_layers) {
   const int64_t T = cfg.teacher_pipelines, P = cfg.teacher_stages, S = cfg.students;
   if (T < 1) throw InputError("parallel.teacher_pipelines: must be at least 1, got " + std::to_string(T));
   if (P < 1) throw InputError("parallel.teacher_stages: must be at least 1, got " + std::to_string(P));
@@ -48,7 +48,7 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teach
                      ") x parallel.teacher_stages (" + std::to_string(P) + ") + parallel.students (" +
                      std::to_string(S) + ") = " + std::to_string(T * P + S) +
                      ": launch that many ranks or change parallel.*");
-  const std::vector<std::pair<int, int>> split = split_layers(teacher_layers, static_cast<int>(P));
+  const std::vector<std::pair<int, int>> split = split_layers_with_head(teacher_layers, static_cast<int>(P), head_layers);
 
   RankLayout l;
   l.teacher_pipelines = static_cast<int>(T);

@@ -18,7 +18,7 @@ struct RankInfo {
   int stage = -1;     // teacher: 0..P-1; student: -1
   int student = -1;   // student: its data-parallel index s in 0..S-1; teacher: -1
   int first_layer = 0;  // teacher: this stage holds decoder layers [first_layer, last_layer),
-  int last_layer = 0;   //   split by model/layer_split.h's split_layers; student: 0, 0
+  int last_layer = 0;   //   split by model/layer_split.h's split_layers_with_head; student: 0, 0
   bool is_teacher() const { return role == RankRole::kTeacher; }
   bool is_student() const { return role == RankRole::kStudent; }
 };
@@ -74,10 +74,12 @@ struct RankLayout {
   std::string describe() const;
 };
 
-// Pure: the layout for a config, a world size and the teacher's decoder layer count.
+// Pure: the layout for a config, a world size and the teacher's decoder layer count. head_layers:
+// the last stage's LM head in layers' worth (split_layers_with_head; 0 = the plain balanced split,
+// as with distill.logits = "hidden", where the students run the head).
 // Throws InputError naming parallel.* keys when the world size is not T·P+S, when S is not a multiple
 // of T, when P exceeds the teacher's layers, or when a count is below 1.
-RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teacher_layers);
+RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teacher_layers, double head_layers = 0);
 
 // Node-aware placement, from the hostname of every world rank (gathered at startup). On more than one
 // node, a node that hosts both teachers and students is an InputError: rank ranges are meant to put

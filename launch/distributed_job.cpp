@@ -16,6 +16,8 @@
 #include "launch/job_control.h"
 #include "launch/student_job.h"
 #include "model/cpu_kernel_choice.h"
+#include "model/hf_config.h"
+#include "model/layer_split.h"
 #include "model/teacher_stage.h"
 #include "model/torch_dtype.h"
 #include "run_folder/checkpoint_store.h"
@@ -78,7 +80,14 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(cfg.data.tokenizer);
   const int64_t vocab = student_vocab_size(cfg, *tokenizer);
   const int64_t teacher_layers = check_teacher_checkpoint(cfg, vocab, *tokenizer);
-  const RankLayout layout = make_rank_layout(cfg.parallel, mpi.size(), static_cast<int>(teacher_layers));
+  // The last stage runs the LM head (≈ 3 layers' worth at 8B) unless the students hold it.
+  const Qwen3Config tc = read_qwen3_config(cfg.teacher.checkpoint + "/config.json");
+  const double head_layers =
+      cfg.distill.logits == "hidden"
+          ? 0.0
+          : lm_head_layer_equivalents(tc.vocab_size, tc.hidden_size, tc.num_attention_heads, tc.num_key_value_heads,
+                                      tc.head_dim, tc.intermediate_size);
+  const RankLayout layout = make_rank_layout(cfg.parallel, mpi.size(), static_cast<int>(teacher_layers), head_layers);
   const GrowthSchedule schedule = make_growth_schedule(cfg);  // bad budgets fail on every rank, early
   const int first_student = layout.student_rank(0);
   // Every rank checks placement (pure, same hostnames everywhere), so a bad one fails all ranks alike.

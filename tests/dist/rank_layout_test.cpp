@@ -8,6 +8,7 @@
 #include "config/config.h"
 #include "config/input_error.h"
 #include "dist/rank_layout.h"
+#include "model/layer_split.h"
 #include "tests/test_support.h"
 
 namespace deepen {
@@ -22,6 +23,21 @@ ParallelConfig parallel(int64_t T, int64_t P, int64_t S) {
 }
 
 using test::error_of;
+
+TEST(RankLayout, TheStageCarryingTheHeadGetsFewerLayersUnlessTheStudentsHoldIt) {
+  // Qwen3-8B (36 layers, head ≈ 3.23 layers) on 4 stages: full or top-k logits, the last stage
+  // runs the head and gets 6 layers; the hidden-state channel (head_layers 0) splits 9 each.
+  const double head = lm_head_layer_equivalents(151936, 4096, 32, 8, 128, 12288);
+  const RankLayout with_head = make_rank_layout(parallel(1, 4, 4), 8, 36, head);
+  const RankLayout hidden = make_rank_layout(parallel(1, 4, 4), 8, 36, 0);
+  const int first_with_head[] = {0, 10, 20, 30}, first_hidden[] = {0, 9, 18, 27};
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(with_head.ranks[r].first_layer, first_with_head[r]) << r;
+    EXPECT_EQ(hidden.ranks[r].first_layer, first_hidden[r]) << r;
+  }
+  EXPECT_EQ(with_head.ranks[3].last_layer, 36);
+  EXPECT_EQ(hidden.ranks[3].last_layer, 36);
+}
 
 TEST(RankLayout, TwoPipelinesOfTwoStagesAndFourStudents) {
   // The worked example of rank_layout.h.
