@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <iostream>
 
 #include <ATen/ATen.h>
@@ -17,6 +18,7 @@
 #include "dist/mpi_communicator.h"
 #include "dist/mpi_session.h"
 #include "dist/rank_layout.h"
+#include "dist/run_device.h"
 
 namespace deepen {
 namespace {
@@ -250,7 +252,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<MpiCommunic
 }
 
 std::unique_ptr<Communicator> make_nccl_communicator(const MpiSession& mpi) {
-  const int device = choose_cuda_device(mpi.local_rank(), mpi.local_size(), c10::cuda::device_count());
+  const int local_rank = node_local_rank([](const char* n) { return std::getenv(n); }, mpi.local_rank());
+  const int device = choose_cuda_device(local_rank, c10::cuda::device_count());
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
   char bus[64] = {};
   check_cuda(cudaDeviceGetPCIBusId(bus, sizeof(bus), device), "cudaDeviceGetPCIBusId");
