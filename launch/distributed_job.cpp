@@ -87,7 +87,7 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
     for (const auto& warning : placement) std::cerr << "deepen: WARNING: " << warning << "\n";
   }
 
-  std::unique_ptr<Communicator> world = make_communicator(backend, mpi);
+  std::unique_ptr<Communicator> world = make_communicator(backend, mpi, cfg.control.nccl_setup_timeout_s);
   // After the NCCL world (which picked the same GPU with the same rule and made it current).
   const int local_rank = node_local_rank([](const char* n) { return std::getenv(n); }, mpi.local_rank());
   const at::Device device = compute_device(device_kind, backend, local_rank);
