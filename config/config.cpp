@@ -385,6 +385,7 @@ void validate_config(const Config& cfg) {
     c.fail("control.watchdog_s", "must exceed control.heartbeat_s = " + format_double(ct.heartbeat_s));
   if (ct.metrics_port < 0 || ct.metrics_port > 65535) c.fail("control.metrics_port", "must be in [0, 65535]");
   if (ct.coordinator_port < 0 || ct.coordinator_port > 65535) c.fail("control.coordinator_port", "must be in [0, 65535]");
+  c.positive("control.nccl_setup_timeout_s", ct.nccl_setup_timeout_s);
 }
 
 Config parse_config(const std::string& toml_text, const std::string& source,

@@ -207,9 +207,14 @@ struct ControlConfig {
   int64_t metrics_port = 0;            // 0 = no /metrics endpoint
   std::string metrics_bind = "127.0.0.1";
   int64_t coordinator_port = 0;        // 0 = from DEEPEN_COORDINATOR or a free port
+  // Each NCCL communicator's set-up (ranks arriving, ncclCommInitRank connecting them) must finish
+  // within this, else the job ends naming the group and the NCCL network env. It runs before the
+  // watchdog exists; NCCL init of a few hundred GPUs takes seconds to a minute.
+  double nccl_setup_timeout_s = 300;
   template <class V> void visit(V& v) {
     v("heartbeat_s", heartbeat_s); v("watchdog_s", watchdog_s); v("metrics_port", metrics_port);
     v("metrics_bind", metrics_bind); v("coordinator_port", coordinator_port);
+    v("nccl_setup_timeout_s", nccl_setup_timeout_s);
   }
 };
 

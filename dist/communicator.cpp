@@ -28,15 +28,17 @@ bool nccl_available() {
 #endif
 }
 
-std::unique_ptr<Communicator> make_communicator(const std::string& backend, const MpiSession& mpi) {
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, const MpiSession& mpi,
+                                                double nccl_setup_timeout_s) {
   int devices = 0;
 #ifdef DEEPEN_WITH_NCCL
   devices = c10::cuda::device_count();
 #endif
   if (resolve_backend(backend, nccl_available(), devices) == "mpi") return make_mpi_communicator(mpi);
 #ifdef DEEPEN_WITH_NCCL
-  return make_nccl_communicator(mpi);
+  return make_nccl_communicator(mpi, nccl_setup_timeout_s);
 #else
+  (void)nccl_setup_timeout_s;
   throw std::logic_error("make_communicator: resolve_backend chose nccl in a build without it");
 #endif
 }

@@ -105,8 +105,10 @@ class Communicator {
 // dist/rank_layout.h): "auto" is NCCL when this build has NCCL and a CUDA device is visible, else MPI.
 // NCCL picks this rank's GPU from its node-local rank (choose_cuda_device), checks that no two ranks
 // share a GPU, and bootstraps its unique id over MPI. Collective over MPI_COMM_WORLD. Throws
-// InputError for an impossible choice (e.g. "nccl" without a GPU).
-std::unique_ptr<Communicator> make_communicator(const std::string& backend, const MpiSession& mpi);
+// InputError for an impossible choice (e.g. "nccl" without a GPU). nccl_setup_timeout_s
+// (control.nccl_setup_timeout_s) bounds each NCCL communicator's set-up; see nccl_communicator.h.
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, const MpiSession& mpi,
+                                                double nccl_setup_timeout_s);
 
 // The MPI world communicator (a duplicate of MPI_COMM_WORLD with its own error handling).
 // max_message_bytes: largest single MPI message; larger tensors go as several (tests lower it).

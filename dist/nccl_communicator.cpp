@@ -5,7 +5,14 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <mpi.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
 #include <iostream>
+#include <numeric>
+#include <thread>
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -17,6 +24,11 @@
 #include "dist/mpi_communicator.h"
 #include "dist/mpi_session.h"
 #include "dist/rank_layout.h"
+#include "dist/run_device.h"
+#include "dist/setup_deadline.h"
+
+// Non-blocking set-up (ncclConfig_t.blocking, ncclCommGetAsyncError polling) needs NCCL 2.14+.
+static_assert(NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0), "deepen needs nccl.h from NCCL 2.14 or newer");
 
 namespace deepen {
 namespace {
@@ -70,18 +82,94 @@ class NcclRequest final : public Request {
   std::string what_;
 };
 
+// The world ranks of `comm`'s members, in its rank order (for messages).
+std::vector<int> world_ranks_of(MPI_Comm comm, int size) {
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  MPI_Comm_group(comm, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> local(static_cast<size_t>(size)), out(static_cast<size_t>(size));
+  std::iota(local.begin(), local.end(), 0);
+  MPI_Group_translate_ranks(group, size, local.data(), world, out.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  return out;
+}
+
+std::string this_host() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+// Polls an MPI request until it completes or the set-up deadline passes (MPI cannot time out a
+// blocked collective itself). Returns false on timeout, leaving the request pending: the caller
+// throws and the process ends, so the request is abandoned, not freed.
+bool mpi_request_done_by(MPI_Request& request, double timeout_s) {
+  return wait_with_deadline(
+      [&] {
+        int done = 0;
+        if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) throw CommError("NCCL set-up: MPI_Test failed");
+        return done ? SetupPoll::kDone : SetupPoll::kPending;
+      },
+      [] { return std::chrono::steady_clock::now(); },
+      [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); }, timeout_s);
+}
+
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(std::unique_ptr<MpiCommunicator> mpi, int device)
+  // Set-up in three steps, each under control.nccl_setup_timeout_s, so a hang ends the job with a
+  // message instead of waiting for the Slurm time limit (the control plane's watchdog starts only
+  // after the communicators exist: it needs the world to share its secret):
+  //  1. every rank of the group arrives (MPI barrier on the bootstrap communicator);
+  //  2. rank 0's unique id reaches every rank (MPI broadcast);
+  //  3. ncclCommInitRankConfig in non-blocking mode, polled with ncclCommGetAsyncError; at the
+  //     deadline ncclCommAbort ends NCCL's connection attempts and a CommError names the group,
+  //     this rank and the NCCL network env (setup_timeout_message).
+  NcclCommunicator(std::unique_ptr<MpiCommunicator> mpi, int device, double setup_timeout_s)
       : mpi_(std::move(mpi)),
         device_(device),
+        setup_timeout_s_(setup_timeout_s),
         state_(mpi_->abort_state()),
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, static_cast<c10::DeviceIndex>(device))) {
+    SetupTimeout timeout;
+    timeout.group_world_ranks = world_ranks_of(mpi_->comm(), mpi_->size());
+    timeout.world_rank = timeout.group_world_ranks.at(static_cast<size_t>(mpi_->rank()));
+    timeout.host = this_host();
+    timeout.device = device_;
+    timeout.timeout_s = setup_timeout_s_;
+    auto fail = [&](SetupStage stage) {
+      timeout.stage = stage;
+      mpi_->abort();  // its communicator has a collective pending: abandon it, do not free it
+      throw CommError(setup_timeout_message(timeout, nccl_network_env([](const char* n) { return std::getenv(n); })));
+    };
+
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (MPI_Ibarrier(mpi_->comm(), &request) != MPI_SUCCESS) throw CommError("NCCL set-up: MPI_Ibarrier failed");
+    if (!mpi_request_done_by(request, setup_timeout_s_)) fail(SetupStage::kRanksArriving);
     ncclUniqueId id;
     if (mpi_->rank() == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    mpi_->broadcast_bytes(&id, sizeof(id), 0);
+    if (MPI_Ibcast(&id, sizeof(id), MPI_BYTE, 0, mpi_->comm(), &request) != MPI_SUCCESS)
+      throw CommError("NCCL set-up: MPI_Ibcast failed");
+    if (!mpi_request_done_by(request, setup_timeout_s_)) fail(SetupStage::kRanksArriving);
+
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
-    check(ncclCommInitRank(&comm_, mpi_->size(), id, mpi_->rank()), "ncclCommInitRank");
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    check(ncclCommInitRankConfig(&comm_, mpi_->size(), id, mpi_->rank(), &config), "ncclCommInitRankConfig");
+    const bool connected = wait_with_deadline(
+        [&] {
+          ncclResult_t async = ncclSuccess;
+          check(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError");
+          if (async == ncclInProgress) return SetupPoll::kPending;
+          check(async, "ncclCommInitRankConfig");
+          return SetupPoll::kDone;
+        },
+        [] { return std::chrono::steady_clock::now(); },
+        [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); }, setup_timeout_s_);
+    if (!connected) {
+      ncclCommAbort(comm_);
+      fail(SetupStage::kNcclConnecting);
+    }
     // One abort flag for this communicator and its MPI twin: aborting either stops both.
     state_->set_on_abort([comm = comm_] { ncclCommAbort(comm); });
   }
@@ -130,7 +218,7 @@ class NcclCommunicator final : public Communicator {
         else
           check(ncclRecv(p.tensor.data_ptr(), p.tensor.nbytes(), ncclUint8, p.peer, comm_, s), "ncclRecv");
       }
-      check(ncclGroupEnd(), "ncclGroupEnd");
+      complete(ncclGroupEnd(), "ncclGroupEnd");
     });
     return std::make_unique<NcclRequest>(this, std::move(done), what);
   }
@@ -138,7 +226,7 @@ class NcclCommunicator final : public Communicator {
   void broadcast(const at::Tensor& tensor, int root) override {
     check_tensor(tensor, "broadcast");
     auto done = enqueue({tensor}, "broadcast", [&](cudaStream_t s) {
-      check(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.nbytes(), ncclUint8, root, comm_, s),
+      complete(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.nbytes(), ncclUint8, root, comm_, s),
             "ncclBroadcast");
     });
     order_current_after(*done);
@@ -158,7 +246,7 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override {
     auto child = mpi_->split_mpi(color, key);  // adopts the child's abort flag
     if (!child) return nullptr;
-    return std::make_unique<NcclCommunicator>(std::move(child), device_);
+    return std::make_unique<NcclCommunicator>(std::move(child), device_, setup_timeout_s_);
   }
 
   void abort() override { state_->abort(); }
@@ -184,6 +272,20 @@ class NcclCommunicator final : public Communicator {
     if (rc == ncclSuccess || rc == ncclInProgress) return;
     throw CommError(std::string("NCCL ") + what + " on rank " + std::to_string(mpi_->rank()) + ": " +
                     ncclGetErrorString(rc) + (comm_ ? std::string(" (") + ncclGetLastError(comm_) + ")" : ""));
+  }
+
+  // A non-blocking communicator (see the constructor) may answer ncclInProgress while NCCL still
+  // connects peers (lazily, at first use). Waits for it, watching the abort flag so the watchdog can
+  // still end a hang, so that callers see each NCCL call complete as in blocking mode.
+  void complete(ncclResult_t rc, const char* what) {
+    while (rc == ncclInProgress) {
+      if (state_->aborted()) throw CommError("rank " + std::to_string(mpi_->rank()) + ": " + what + ": communicator aborted");
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      ncclResult_t async = ncclSuccess;
+      const ncclResult_t q = ncclCommGetAsyncError(comm_, &async);
+      rc = q != ncclSuccess ? q : async;
+    }
+    check(rc, what);
   }
 
   void check_tensor(const at::Tensor& t, const char* op) const {
@@ -218,13 +320,14 @@ class NcclCommunicator final : public Communicator {
     check_tensor(tensor, what);
     const ncclDataType_t type = nccl_type(tensor.scalar_type());
     auto done = enqueue({tensor}, what, [&](cudaStream_t s) {
-      check(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), type, red, comm_, s), "ncclAllReduce");
+      complete(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), type, red, comm_, s), "ncclAllReduce");
     });
     order_current_after(*done);
   }
 
   std::unique_ptr<MpiCommunicator> mpi_;  // same ranks: bootstrap, scalars, barrier, split
   int device_;
+  double setup_timeout_s_;  // control.nccl_setup_timeout_s, for this communicator and its splits
   std::shared_ptr<AbortState> state_;
   c10::cuda::CUDAStream stream_;
   ncclComm_t comm_ = nullptr;
@@ -245,12 +348,14 @@ bool NcclRequest::test() {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<MpiCommunicator> bootstrap, int device) {
-  return std::make_unique<NcclCommunicator>(std::move(bootstrap), device);
+std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<MpiCommunicator> bootstrap, int device,
+                                                    double setup_timeout_s) {
+  return std::make_unique<NcclCommunicator>(std::move(bootstrap), device, setup_timeout_s);
 }
 
-std::unique_ptr<Communicator> make_nccl_communicator(const MpiSession& mpi) {
-  const int device = choose_cuda_device(mpi.local_rank(), mpi.local_size(), c10::cuda::device_count());
+std::unique_ptr<Communicator> make_nccl_communicator(const MpiSession& mpi, double setup_timeout_s) {
+  const int local_rank = node_local_rank([](const char* n) { return std::getenv(n); }, mpi.local_rank());
+  const int device = choose_cuda_device(local_rank, c10::cuda::device_count());
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
   char bus[64] = {};
   check_cuda(cudaDeviceGetPCIBusId(bus, sizeof(bus), device), "cudaDeviceGetPCIBusId");
@@ -258,7 +363,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(const MpiSession& mpi) {
   if (MPI_Comm_dup(MPI_COMM_WORLD, &world) != MPI_SUCCESS) throw CommError("MPI_Comm_dup failed");
   auto bootstrap = std::make_unique<MpiCommunicator>(world, int64_t{1} << 30, std::make_shared<AbortState>());
   check_distinct_devices(bootstrap->all_gather_strings(mpi.hostnames().at(mpi.rank()) + "/" + bus));
-  return make_nccl_communicator(std::move(bootstrap), device);
+  return make_nccl_communicator(std::move(bootstrap), device, setup_timeout_s);
 }
 
 }  // namespace deepen

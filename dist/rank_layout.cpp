@@ -186,17 +186,10 @@ std::vector<std::string> check_placement(const RankLayout& layout,
   return warnings;
 }
 
-int choose_cuda_device(int local_rank, int local_size, int device_count) {
+int choose_cuda_device(int local_rank, int device_count) {
   if (device_count < 1) throw InputError("placement: no CUDA device visible to this rank");
-  if (local_rank < 0 || local_rank >= local_size)
-    throw std::invalid_argument("choose_cuda_device: local rank " + std::to_string(local_rank) +
-                                " outside a node of " + std::to_string(local_size));
-  if (local_size <= device_count) return local_rank;
-  if (device_count == 1) return 0;
-  throw InputError("placement: " + std::to_string(local_size) + " ranks on this node but only " +
-                   std::to_string(device_count) +
-                   " visible CUDA devices: two ranks would share a GPU, which NCCL forbids; "
-                   "launch at most one rank per GPU");
+  if (local_rank < 0) throw std::invalid_argument("choose_cuda_device: negative local rank " + std::to_string(local_rank));
+  return local_rank % device_count;
 }
 
 void check_distinct_devices(const std::vector<std::string>& device_ids) {
@@ -206,7 +199,9 @@ void check_distinct_devices(const std::vector<std::string>& device_ids) {
     if (!fresh)
       throw InputError("placement: ranks " + std::to_string(it->second) + " and " + std::to_string(i) +
                        " use the same GPU " + device_ids[i] +
-                       ", which NCCL forbids; launch at most one rank per GPU");
+                       ", which NCCL forbids (each rank takes visible device local_rank mod the devices it sees, "
+                       "so ranks of one node that all see the same GPUs share one when there are more ranks than "
+                       "GPUs); launch at most one rank per GPU");
   }
 }
 

@@ -89,13 +89,17 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teach
 std::vector<std::string> check_placement(const RankLayout& layout,
                                           const std::vector<std::string>& hostnames);
 
-// The CUDA device of a rank from its place on its node. NCCL forbids two ranks of one communicator
-// on one GPU, so:
-//   local_size <= device_count -> device local_rank  (8 ranks on an 8-GPU node: rank i -> GPU i)
-//   device_count == 1          -> device 0 (each task sees only its own GPU, e.g. srun
-//                                 --gpus-per-task=1; check_distinct_devices confirms it)
-//   otherwise                  -> InputError: two ranks would share a GPU.
-int choose_cuda_device(int local_rank, int local_size, int device_count);
+// The CUDA device of a rank from its node-local rank (node_local_rank in dist/run_device.h):
+// local_rank mod device_count, among the devices this process sees. One rule serves the ways sites
+// hand out GPUs (8-GPU nodes, 8 ranks each):
+//   every task sees all 8 GPUs          -> local ranks 0..7 -> devices 0..7
+//   each task sees its own GPU (srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES per task)
+//                                        -> device 0 in every task, 8 different physical GPUs
+//   each task sees the 4 GPUs of its socket (local ranks 0..3 see GPUs 0..3, 4..7 see 4..7)
+//                                        -> local rank 5 -> device 1 = physical GPU 5
+// Whether two ranks really share a GPU (8 ranks that all see the same 4) only the physical ids can
+// tell: check_distinct_devices decides, naming both ranks. InputError when no device is visible.
+int choose_cuda_device(int local_rank, int device_count);
 
 // Throws InputError naming the two world ranks when two entries are equal; an entry identifies a
 // physical GPU, e.g. "<hostname>/<PCI bus id>".

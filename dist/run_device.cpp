@@ -34,10 +34,22 @@ std::string world_backend(const std::string& backend, const std::string& device,
   throw InputError(source + ": parallel.backend: must be \"auto\" | \"mpi\" | \"nccl\", got \"" + backend + "\"");
 }
 
-int rank_cuda_device(const std::string& backend, int local_rank, int local_size, int cuda_devices) {
-  if (backend == "nccl") return choose_cuda_device(local_rank, local_size, cuda_devices);
-  if (cuda_devices < 1) throw InputError("placement: no CUDA device visible to this rank");
-  return local_rank % cuda_devices;
+int rank_cuda_device(const std::string& backend, int local_rank, int cuda_devices) {
+  (void)backend;  // one rule for both; the backend decides only whether sharing is then checked
+  return choose_cuda_device(local_rank, cuda_devices);
+}
+
+int node_local_rank(const std::function<const char*(const char*)>& getenv, int mpi_local_rank) {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
+    const char* value = getenv(name);
+    if (!value) continue;
+    const std::string text = value;
+    if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos)
+      throw InputError(std::string("placement: ") + name + "=\"" + text + "\" is not a node-local rank "
+                       "(a non-negative integer); the launcher's environment is broken");
+    return std::stoi(text);
+  }
+  return mpi_local_rank;
 }
 
 }  // namespace deepen

@@ -97,9 +97,10 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
     for (const auto& warning : placement) std::cerr << "deepen: WARNING: " << warning << "\n";
   }
 
-  std::unique_ptr<Communicator> world = make_communicator(backend, mpi);
+  std::unique_ptr<Communicator> world = make_communicator(backend, mpi, cfg.control.nccl_setup_timeout_s);
   // After the NCCL world (which picked the same GPU with the same rule and made it current).
-  const at::Device device = compute_device(device_kind, backend, mpi.local_rank(), mpi.local_size());
+  const int local_rank = node_local_rank([](const char* n) { return std::getenv(n); }, mpi.local_rank());
+  const at::Device device = compute_device(device_kind, backend, local_rank);
   if (mpi.rank() == first_student && options.print_progress)
     std::cerr << "deepen: computing on " << device_kind << ", world backend " << backend << "\n";
   RankGroups groups = make_rank_groups(*world, layout);

@@ -27,7 +27,7 @@ namespace {
 int run_job(const Config& cfg, const JobOptions& options, bool distill) {
   // First, before any heavy work: run.device = "cuda" without a GPU is the user's mistake.
   const std::string kind = resolve_run_device(cfg.run.device, visible_cuda_devices(), cfg.source);
-  const at::Device device = compute_device(kind, "mpi", 0, 1);
+  const at::Device device = compute_device(kind, "mpi", 0);
   if (options.print_progress) std::cerr << "deepen: computing on " << device.str() << "\n";
   // Before any model runs: a resumed run repeats the kernel choices it made before (same rounding).
   process_cpu_kernel_calibration().record_to(RunFolder(cfg.run.out_dir).cpu_kernel_choices(0), options.resume);
@@ -110,10 +110,10 @@ at::Tensor teacher_head_for_channel(const Config& cfg, at::Device device) {
 
 int visible_cuda_devices() { return static_cast<int>(torch::cuda::device_count()); }
 
-at::Device compute_device(const std::string& kind, const std::string& world_backend, int local_rank, int local_size) {
+at::Device compute_device(const std::string& kind, const std::string& world_backend, int local_rank) {
   if (kind != "cuda") return at::kCPU;
   const int gpus = visible_cuda_devices();
-  const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(rank_cuda_device(world_backend, local_rank, local_size, gpus)));
+  const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(rank_cuda_device(world_backend, local_rank, gpus)));
   c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);
   return device;
 }

@@ -43,8 +43,8 @@ at::Tensor teacher_head_for_channel(const Config& cfg, at::Device device);
 // CUDA devices this process sees (0 without a GPU, a driver, or a CUDA build of LibTorch).
 int visible_cuda_devices();
 // The device a rank computes on: `kind` is resolve_run_device's "cpu" | "cuda"; a CUDA rank gets
-// rank_cuda_device(world_backend, ...)'s GPU (one process: local rank 0 of 1), made the current
-// device so that nothing lands on GPU 0 by default.
-at::Device compute_device(const std::string& kind, const std::string& world_backend, int local_rank, int local_size);
+// rank_cuda_device(world_backend, local_rank, ...)'s GPU (one process: local rank 0), made the
+// current device so that nothing lands on GPU 0 by default.
+at::Device compute_device(const std::string& kind, const std::string& world_backend, int local_rank);
 
 }  // namespace deepen

@@ -14,6 +14,15 @@
 #   DEEPEN_MAX_RESTARTS     requeue at most this many times (default 50): a job that cannot make
 #                           progress must not cycle forever
 #   DEEPEN_TASKS_PER_NODE   tasks per node when Slurm does not say (dry runs)
+#   DEEPEN_GPU              1: the job computes on GPUs; 0: it does not; default: 1 when Slurm gave
+#                           the job GPUs (SLURM_JOB_GPUS, SLURM_GPUS_ON_NODE, SLURM_GPUS_PER_NODE or
+#                           SLURM_GPUS set) on a node with NVIDIA's driver tools (nvidia-smi; a test
+#                           cluster's fake GPUs have none). A GPU job passes --set run.device=cuda and
+#                           --set parallel.backend=nccl where the config leaves them at "auto", so a
+#                           rank without a working GPU or NCCL fails at start instead of training on
+#                           the CPU or staging through MPI a hundred times slower.
+#   NCCL_DEBUG              NCCL's own diagnostics (default WARN: its warnings and errors only;
+#                           INFO says which network interface and transport it chose)
 # Environment exported to every rank:
 #   DEEPEN_COORDINATOR      first node of the allocation (rank 0 runs there under block distribution),
 #                           with ":port" when DEEPEN_COORDINATOR_PORT is set
@@ -112,6 +121,32 @@ deepen_role_of() {
   fi
 }
 
+# True when the job computes on GPUs: DEEPEN_GPU if set, else whether Slurm allocated GPUs on a
+# node with NVIDIA's driver installed. The binary's presence, not its success: a GPU node whose
+# driver is broken still counts, so that its ranks fail at start rather than run on the CPU.
+deepen_gpu_job() {
+  case ${DEEPEN_GPU:-} in
+    1) return 0 ;;
+    0) return 1 ;;
+  esac
+  [[ -n ${SLURM_JOB_GPUS:-}${SLURM_GPUS_ON_NODE:-}${SLURM_GPUS_PER_NODE:-}${SLURM_GPUS:-} ]] &&
+    command -v nvidia-smi > /dev/null 2>&1
+}
+
+# The --set arguments a GPU job adds (one per line): run.device = cuda and parallel.backend = nccl
+# where the config and the command line leave them at "auto"; explicit choices are kept (a config
+# may want MPI staging to share GPUs), but a CPU device on a GPU job is worth a warning.
+deepen_gpu_settings() {
+  local config=$1; shift
+  local device backend
+  device=$(deepen_config_value "$config" run device auto "$@")
+  backend=$(deepen_config_value "$config" parallel backend auto "$@")
+  [[ $device == auto ]] && printf '%s\n' --set run.device=cuda
+  [[ $device == cpu ]] && deepen_log "warning: GPU job, but $config asks for run.device = \"cpu\""
+  [[ $backend == auto ]] && printf '%s\n' --set parallel.backend=nccl
+  return 0
+}
+
 # Writes 32 random bytes as hex to $1 with mode 0600 (umask in a subshell: never readable by others).
 deepen_make_secret() {
   local file=$1
@@ -156,6 +191,12 @@ deepen_run_job() {
   local secret_file=$run_dir/control/job_secret
   local bin=${DEEPEN_BIN:-$DEEPEN_HOME/build/deepen}
   local sub=${DEEPEN_CMD:-train}
+  local -a gpu_sets=()
+  if deepen_gpu_job; then
+    mapfile -t gpu_sets < <(deepen_gpu_settings "$config" "$@")
+    deepen_log "GPU job: each rank computes on its own GPU over NCCL (${gpu_sets[*]:-as the config says}); DEEPEN_GPU=0 turns this off"
+  fi
+  export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
   deepen_log "job ${SLURM_JOB_ID:-?} (restart ${SLURM_RESTART_COUNT:-0}): $ntasks ranks on ${#nodes[@]} nodes (${nodes[*]})"
   deepen_log "run dir $run_dir; coordinator $coordinator; job secret $secret_file (mode 0600)"
@@ -188,14 +229,17 @@ deepen_run_job() {
     cmd=(mpirun -np "$ntasks" --map-by "ppr:${counts[0]}:node:PE=${SLURM_CPUS_PER_TASK:-1}"
          --bind-to core:overload-allowed
          --mca orte_abort_on_non_zero_status 0
-         -x DEEPEN_COORDINATOR -x DEEPEN_JOB_SECRET_FILE -x DEEPEN_RUN_DIR -x PATH -x LD_LIBRARY_PATH)
+         -x DEEPEN_COORDINATOR -x DEEPEN_JOB_SECRET_FILE -x DEEPEN_RUN_DIR -x PATH -x LD_LIBRARY_PATH
+         -x NCCL_DEBUG)
   else
     # No --kill-on-bad-exit: exit code 3 is a clean requeue stop, and a rank that finishes its
     # checkpoint first must not get the others killed. Real failures are the watchdog's job.
     cmd=(srun --mpi=pmix --kill-on-bad-exit=0 --distribution=block:block --cpu-bind=cores --export=ALL)
   fi
-  cmd+=("$bin" "$sub" "$config" --set "run.out_dir=$run_dir" "$@")
+  cmd+=("$bin" "$sub" "$config" --set "run.out_dir=$run_dir" "${gpu_sets[@]}" "$@")
   echo "env: DEEPEN_COORDINATOR=$coordinator DEEPEN_JOB_SECRET_FILE=$secret_file DEEPEN_RUN_DIR=$run_dir"
+  # NCCL's settings as the ranks get them (NCCL_SOCKET_IFNAME decides the network NCCL tries first).
+  echo "nccl env: $(env | grep '^NCCL_' | sort | paste -sd ' ')"
   echo "command: ${cmd[*]}"
 
   if [[ $dry == 1 ]]; then

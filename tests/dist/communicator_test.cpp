@@ -83,15 +83,15 @@ TEST(CommunicatorSingle, SplitOutsideEveryGroupGivesNull) {
 }
 
 TEST(CommunicatorSingle, AutoChoosesNcclOnlyWithAGpu) {
-  auto comm = make_communicator("auto", session());
+  auto comm = make_communicator("auto", session(), 300);
   EXPECT_EQ(comm->backend(), nccl_available() && cuda_devices() > 0 ? "nccl" : "mpi");
-  EXPECT_EQ(make_communicator("mpi", session())->backend(), "mpi");
-  if (!nccl_available() || cuda_devices() == 0) EXPECT_THROW(make_communicator("nccl", session()), InputError);
+  EXPECT_EQ(make_communicator("mpi", session(), 300)->backend(), "mpi");
+  if (!nccl_available() || cuda_devices() == 0) EXPECT_THROW(make_communicator("nccl", session(), 300), InputError);
 }
 
 TEST(CommunicatorNccl, OneRankOnOneGpu) {
   if (!nccl_available() || cuda_devices() == 0) GTEST_SKIP() << "no NCCL build or no CUDA device";
-  auto comm = make_communicator("nccl", session());
+  auto comm = make_communicator("nccl", session(), 300);
   ASSERT_EQ(comm->backend(), "nccl");
   const at::Device dev(at::kCUDA, 0);
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {

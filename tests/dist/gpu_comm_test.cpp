@@ -112,7 +112,7 @@ TEST(GpuLogitChannelStaging, CudaTargetsCrossAnMpiChannelThroughHostMemoryBitExa
 
 TEST(GpuNccl, OneRankWorldKeepsHeadersSumsAndBucketsOnItsGpu) {
   if (!nccl_available() || !have_cuda()) GTEST_SKIP() << "no NCCL build or no CUDA device";
-  auto comm = make_communicator("nccl", session());
+  auto comm = make_communicator("nccl", session(), 300);
   ASSERT_EQ(comm->backend(), "nccl");
   const at::Device gpu = comm->device();
   ASSERT_TRUE(gpu.is_cuda());
@@ -144,6 +144,29 @@ TEST(GpuNccl, OneRankWorldKeepsHeadersSumsAndBucketsOnItsGpu) {
   CommStudentGroup group(*comm, {0});
   EXPECT_EQ(group.sum({3.0, 4.0}), (std::vector<double>{3.0, 4.0}));
   group.check_same(123, "parameters", 0);
+}
+
+// The set-up deadline on real NCCL: with a limit far shorter than any set-up, the non-blocking
+// ncclCommInitRankConfig is still in progress at the first check, so ncclCommAbort ends it and the
+// error names the group, the key and the NCCL env; nothing hangs or crashes. (If this machine's
+// set-up beat even that limit, the communicator simply works.) Then a normal set-up succeeds.
+TEST(GpuNccl, SetupPastItsDeadlineAbortsWithTheGroupAndKeyNamedThenANewOneWorks) {
+  if (!nccl_available() || !have_cuda()) GTEST_SKIP() << "no NCCL build or no CUDA device";
+  try {
+    auto rushed = make_communicator("nccl", session(), 1e-9);
+    EXPECT_EQ(rushed->backend(), "nccl");  // set-up beat the deadline: fine, it must work
+    at::Tensor one = at::ones({1}, at::TensorOptions().device(rushed->device()));
+    rushed->all_reduce_sum(one);
+    EXPECT_EQ(one.item<float>(), 1.0f);
+  } catch (const CommError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("NCCL set-up of the group of world ranks 0 timed out on world rank 0"), std::string::npos) << m;
+    EXPECT_NE(m.find("control.nccl_setup_timeout_s"), std::string::npos) << m;
+  }
+  auto comm = make_communicator("nccl", session(), 300);
+  at::Tensor x = at::full({4}, 2.5, at::TensorOptions().device(comm->device()));
+  comm->all_reduce_sum(x);
+  EXPECT_TRUE(at::equal(x.cpu(), at::full({4}, 2.5)));
 }
 
 }  // namespace

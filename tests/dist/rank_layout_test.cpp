@@ -168,12 +168,26 @@ TEST(Placement, APipelineSpanningNodesIsAWarning) {
   EXPECT_NE(w[0].find("teacher pipeline 0 spans nodes a, b"), std::string::npos) << w[0];
 }
 
-TEST(Placement, DeviceFollowsTheLocalRankAndNeverDoublesUp) {
-  EXPECT_EQ(choose_cuda_device(3, 8, 8), 3);
-  EXPECT_EQ(choose_cuda_device(1, 2, 8), 1);
-  EXPECT_EQ(choose_cuda_device(2, 4, 1), 0);  // one visible GPU per task (--gpus-per-task=1)
-  EXPECT_THROW(choose_cuda_device(0, 4, 2), InputError);
-  EXPECT_THROW(choose_cuda_device(0, 1, 0), InputError);
+TEST(Placement, DeviceIsTheLocalRankModuloTheVisibleDevices) {
+  // Every task sees all 8 GPUs of its node: local rank i -> device i.
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(choose_cuda_device(r, 8), r);
+  // Each task sees only its own GPU (--gpus-per-task=1): device 0 everywhere.
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(choose_cuda_device(r, 1), 0);
+  // Each task sees the 4 GPUs of its socket: local ranks 4..7 take devices 0..3 of theirs.
+  EXPECT_EQ(choose_cuda_device(3, 4), 3);
+  EXPECT_EQ(choose_cuda_device(5, 4), 1);
+  EXPECT_EQ(choose_cuda_device(7, 4), 3);
+  EXPECT_NE(error_of([] { choose_cuda_device(0, 0); }).find("no CUDA device"), std::string::npos);
+}
+
+TEST(Placement, EightRanksThatAllSeeTheSameFourGpusCollideAndAreNamed) {
+  // The physical id (host/PCI bus) of each rank's device decides: local ranks 0 and 4 both take
+  // device 0 = the same GPU, which the collision check names.
+  std::vector<std::string> ids;
+  for (int r = 0; r < 8; ++r) ids.push_back("n1/0000:0" + std::to_string(choose_cuda_device(r, 4)) + ":00.0");
+  const std::string e = error_of([&] { check_distinct_devices(ids); });
+  EXPECT_NE(e.find("ranks 0 and 4"), std::string::npos) << e;
+  EXPECT_NE(e.find("local_rank mod"), std::string::npos) << e;
 }
 
 TEST(Placement, TwoRanksOnOneGpuAreNamed) {

@@ -1,5 +1,6 @@
 // Device decisions without a GPU: run.device, the world backend that fits it, each rank's GPU.
 #include <functional>
+#include <map>
 
 #include <gtest/gtest.h>
 
@@ -50,13 +51,36 @@ TEST(WorldBackend, NcclWithoutCudaTensorsOrWithoutNcclIsAnInputError) {
   EXPECT_NE(unbuilt.find("no NCCL backend"), std::string::npos) << unbuilt;
 }
 
-TEST(RankCudaDevice, NcclNeedsAGpuPerRankMpiMayShare) {
-  EXPECT_EQ(rank_cuda_device("nccl", 3, 4, 8), 3);
-  EXPECT_EQ(rank_cuda_device("nccl", 3, 4, 1), 0);  // each task sees only its own GPU
-  EXPECT_THROW(rank_cuda_device("nccl", 3, 4, 2), InputError);
-  EXPECT_EQ(rank_cuda_device("mpi", 3, 4, 2), 1);
-  EXPECT_EQ(rank_cuda_device("mpi", 0, 1, 8), 0);
-  EXPECT_THROW(rank_cuda_device("mpi", 0, 1, 0), InputError);
+TEST(RankCudaDevice, LocalRankModuloVisibleDevicesForBothBackends) {
+  EXPECT_EQ(rank_cuda_device("nccl", 3, 8), 3);
+  EXPECT_EQ(rank_cuda_device("nccl", 3, 1), 0);  // each task sees only its own GPU
+  EXPECT_EQ(rank_cuda_device("nccl", 5, 4), 1);  // each task sees the 4 GPUs of its socket
+  EXPECT_EQ(rank_cuda_device("mpi", 3, 2), 1);
+  EXPECT_EQ(rank_cuda_device("mpi", 0, 8), 0);
+  EXPECT_THROW(rank_cuda_device("mpi", 0, 0), InputError);
+  EXPECT_THROW(rank_cuda_device("nccl", 0, 0), InputError);
+}
+
+// An environment for node_local_rank: name -> value; absent = unset.
+std::function<const char*(const char*)> env(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(NodeLocalRank, MpirunsNumberFirstThenSlurmsThenMpis) {
+  // mpirun inside an allocation: every rank inherited the batch step's SLURM_LOCALID = 0.
+  EXPECT_EQ(node_local_rank(env({{"OMPI_COMM_WORLD_LOCAL_RANK", "3"}, {"SLURM_LOCALID", "0"}}), 7), 3);
+  EXPECT_EQ(node_local_rank(env({{"SLURM_LOCALID", "2"}}), 7), 2);  // srun
+  EXPECT_EQ(node_local_rank(env({}), 7), 7);                         // neither: MPI's shared-memory split
+}
+
+TEST(NodeLocalRank, AMalformedValueNamesTheVariable) {
+  const std::string e = error_of([] { node_local_rank(env({{"SLURM_LOCALID", "x"}}), 0); });
+  EXPECT_NE(e.find("SLURM_LOCALID=\"x\""), std::string::npos) << e;
+  EXPECT_THROW(node_local_rank(env({{"OMPI_COMM_WORLD_LOCAL_RANK", "-1"}}), 0), InputError);
+  EXPECT_THROW(node_local_rank(env({{"OMPI_COMM_WORLD_LOCAL_RANK", ""}}), 0), InputError);
 }
 
 }  // namespace

@@ -27,6 +27,8 @@ Cases:
   sweep            `deepen study` of one joint run on 6 layouts (1 to 7 ranks), then `deepen report`:
                    the scaling table (a row per layout, each with the model's prediction and its
                    error), scaling.csv and the figure
+  gpu-asked        a 2-rank job asking for CUDA and NCCL where they cannot be had fails at start
+                   with exit 2 naming the key, nothing trained: no silent CPU or MPI run
 """
 import argparse
 import json
@@ -423,6 +425,23 @@ class Cases:
         assert "desync at step 4" in err and "student rank 3" in err and "teacher rank 1" in err, err[-3000:]
         print("desync detected:", [l for l in err.splitlines() if "desync" in l][0])
 
+    def gpu_asked(self):
+        import torch  # the reference for what this process sees (the torch wheel deepen links)
+        gpus = torch.cuda.device_count()
+        cases = [(["run.device=cpu", "parallel.backend=nccl"], 'parallel.backend: "nccl" moves CUDA tensors')]
+        if gpus == 0:
+            cases.append((["run.device=cuda", "parallel.backend=nccl"], 'run.device: "cuda" but this process sees no CUDA device'))
+        elif gpus == 1:  # two ranks, one GPU: NCCL forbids it, and the check says so
+            cases.append((["run.device=cuda", "parallel.backend=nccl"], "use the same GPU"))
+        for i, (sets, want) in enumerate(cases):
+            out = os.path.join(self.work, f"dist-gpu-asked-{i}")
+            p = self.train(out, sets, ranks=2, check=False)
+            assert p.returncode == 2, (sets, p.returncode, p.stderr[-3000:])
+            # Every rank fails the same check; mpirun may end the second before it prints.
+            assert want in p.stderr, (sets, want, p.stderr[-3000:])
+            assert not os.path.exists(os.path.join(out, "metrics.jsonl")), out
+            print(" ".join(sets), "->", [l for l in p.stderr.splitlines() if want in l][0])
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -435,7 +454,8 @@ def main():
              "layout-1x3+1": lambda: c.layout(1, 3, 1), "topk": c.topk,
              "hidden-1x1+1": lambda: c.hidden(1, 1, 1), "hidden-1x2+2": lambda: c.hidden(1, 2, 2),
              "hidden-2x1+2": lambda: c.hidden(2, 1, 2), "resume": c.resume, "paper": c.paper, "desync": c.desync,
-             "global-batch": c.global_batch, "resume-layout": c.resume_layout, "sweep": c.sweep}
+             "global-batch": c.global_batch, "resume-layout": c.resume_layout, "sweep": c.sweep,
+             "gpu-asked": c.gpu_asked}
     cases[a.case]()
 
 

@@ -3,6 +3,7 @@
 // preemption path with fake srun/scontrol: SIGUSR1 -> forwarded -> exit 3 -> scontrol requeue.
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -65,6 +66,12 @@ struct SlurmSandbox {
             {"DEEPEN_TASKS_PER_NODE", ""},
             {"SLURM_NTASKS_PER_NODE", ""},
             {"SLURM_CPUS_PER_TASK", ""},
+            {"SLURM_JOB_GPUS", ""},  // no GPUs unless a test gives some
+            {"SLURM_GPUS_ON_NODE", ""},
+            {"SLURM_GPUS_PER_NODE", ""},
+            {"SLURM_GPUS", ""},
+            {"DEEPEN_GPU", ""},
+            {"NCCL_DEBUG", ""},
             {"DEEPEN_BIN", "/bin/true"},
             {"PATH", (dir / "bin").string() + ":" + std::getenv("PATH")}};
   }
@@ -148,6 +155,63 @@ TEST(SlurmScripts, DryRunWithMpirunAndFixedPortAndOverriddenLayout) {
   EXPECT_TRUE(has(r.out, "rank 4 -> node02 (student 0)\n")) << r.out;
   EXPECT_TRUE(has(r.out, "DEEPEN_COORDINATOR=node01:29500 ")) << r.out;
   EXPECT_TRUE(has(r.out, "command: mpirun -np 16 --map-by ppr:4:node:PE=8 --bind-to core:overload-allowed ")) << r.out;
+}
+
+// A job with GPUs asks for them explicitly: run.device = cuda and parallel.backend = nccl where the
+// config says "auto", so a rank whose GPU or NCCL is missing fails at start (deepen's InputError)
+// instead of training on the CPU; NCCL reports its warnings (NCCL_DEBUG=WARN) unless told otherwise.
+TEST(SlurmScripts, GpuJobAsksForCudaAndNcclAndNcclWarnings) {
+  SlurmSandbox box;
+  auto env = box.env(true);
+  env["SLURM_GPUS_ON_NODE"] = "4";
+  env["NCCL_SOCKET_IFNAME"] = "ib0";
+  box.fake("nvidia-smi", "exit 0");  // a GPU node: NVIDIA's driver tools are installed
+  const Ran r = run_script({"bash", slurm_dir() + "/run.sbatch", (box.dir / "run.toml").string()}, env, "dry_gpu");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_TRUE(has(r.out, " --set run.device=cuda --set parallel.backend=nccl\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "nccl env: NCCL_DEBUG=WARN NCCL_SOCKET_IFNAME=ib0\n")) << r.out;
+  EXPECT_TRUE(has(r.err, "GPU job")) << r.err;
+
+  // mpirun passes NCCL_DEBUG to the ranks too.
+  env["DEEPEN_LAUNCHER"] = "mpirun";
+  const Ran m = run_script({"bash", slurm_dir() + "/run.sbatch", (box.dir / "run.toml").string()}, env, "dry_gpu_mpirun");
+  ASSERT_EQ(m.code, 0) << m.err << m.out;
+  EXPECT_TRUE(has(m.out, " -x NCCL_DEBUG ")) << m.out;
+}
+
+TEST(SlurmScripts, ExplicitDeviceAndBackendChoicesAndCpuJobsAreLeftAlone) {
+  SlurmSandbox box;
+  auto env = box.env(true);
+  env["SLURM_JOB_GPUS"] = "0,1,2,3";
+  box.fake("nvidia-smi", "exit 9");  // installed, even if broken: still a GPU node
+  // The config's (or the command line's) explicit choice is kept: MPI staging may be wanted.
+  const Ran r = run_script({"bash", slurm_dir() + "/run.sbatch", (box.dir / "run.toml").string(), "--set",
+                            "parallel.backend=mpi"},
+                           env, "dry_gpu_mpi");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_TRUE(has(r.out, " --set run.device=cuda --set parallel.backend=mpi\n")) << r.out;
+  EXPECT_FALSE(has(r.out, "parallel.backend=nccl")) << r.out;
+  // DEEPEN_GPU=0: nothing added, NCCL_DEBUG still WARN.
+  env["DEEPEN_GPU"] = "0";
+  const Ran off = run_script({"bash", slurm_dir() + "/run.sbatch", (box.dir / "run.toml").string()}, env, "dry_gpu_off");
+  ASSERT_EQ(off.code, 0) << off.err << off.out;
+  EXPECT_FALSE(has(off.out, "run.device")) << off.out;
+  EXPECT_TRUE(has(off.out, "nccl env: NCCL_DEBUG=WARN\n")) << off.out;
+}
+
+// The Slurm test cluster grants fake GPUs (gres on empty files) to CPU jobs: without NVIDIA's
+// driver tools on the node the job is not taken for a GPU job and its CPU config runs as it says.
+TEST(SlurmScripts, GpusGrantedWithoutNvidiaToolsLeaveTheConfigAlone) {
+  SlurmSandbox box;
+  auto env = box.env(true);
+  env["SLURM_GPUS_ON_NODE"] = "4";
+  env["PATH"] = (box.dir / "bin").string() + ":/usr/bin:/bin";  // no nvidia-smi
+  if (std::system("PATH=/usr/bin:/bin command -v nvidia-smi > /dev/null 2>&1") == 0)
+    GTEST_SKIP() << "nvidia-smi is installed in /usr/bin here";
+  const Ran r = run_script({"bash", slurm_dir() + "/run.sbatch", (box.dir / "run.toml").string()}, env, "dry_fake_gpus");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_FALSE(has(r.out, "run.device")) << r.out;
+  EXPECT_FALSE(has(r.err, "GPU job")) << r.err;
 }
 
 // sbatch runs a copy of the script from its spool folder: it must find slurm/lib.sh and the

@@ -85,12 +85,28 @@ TEST(StudyConfigs, PaperStudiesHoldEveryRunOfThePaperWithItsBudgets) {
   EXPECT_EQ(p.jobs[0].config.teacher.checkpoint, "/models/Qwen3-8B");
 }
 
+// The paper's runs are GPU runs and say so: every run of every paper study asks for run.device =
+// "cuda" and parallel.backend = "nccl", so a node without a working GPU or a build without NCCL
+// fails at start (resolve_run_device, world_backend) instead of training on the CPU or staging
+// through MPI.
+TEST(StudyConfigs, PaperRunsAskForCudaAndNcclExplicitly) {
+  for (const char* f : kPaperStudies) {
+    SCOPED_TRACE(f);
+    const StudyPlan plan = expand_study(load_study(source(f)));
+    ASSERT_FALSE(plan.jobs.empty());
+    for (const auto& j : plan.jobs) {
+      EXPECT_EQ(j.config.run.device, "cuda") << j.id();
+      EXPECT_EQ(j.config.parallel.backend, "nccl") << j.id();
+    }
+  }
+}
+
 // Every value PAPER.md does not give is marked in the paper configs: each key line of the base
 // configs is one the paper fixes, is operational, or carries "# ASSUMPTION".
 TEST(StudyConfigs, PaperBaseConfigsMarkTheirAssumptions) {
   const std::set<std::string> given_or_operational = {
       // run, data (FineWeb-Edu sample-10BT, documents up to 8,192, the fixed shard and validation set)
-      "name", "out_dir", "seed", "threads", "tokenizer", "train", "valid", "shard_tokens", "sources",
+      "name", "out_dir", "seed", "threads", "device", "tokenizer", "train", "valid", "shard_tokens", "sources",
       "parquet_text_column", "id_field", "packing", "max_len", "replay_shard_tokens", "valid_documents",
       // teacher and student
       "checkpoint", "dtype", "layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab_size",
