@@ -108,7 +108,7 @@ EOF
 timeout 300 "$DEEPEN" prep "$WORK/base.toml" --no-progress > "$OUT/prep.log" 2>&1 || fail "prep (see prep.log)"
 
 SHAPE=(--set student.hidden=$HIDDEN --set student.heads=$HEADS --set student.kv_heads=$KV
-  --set student.head_dim=$HD --set student.intermediate=$INTER --set student.dtype=bf16)
+  --set student.head_dim=$HD --set student.intermediate=$INTER --set student.precision=bf16-pure)
 # Teacher-sized model pretrained briefly: the pretrain timing, and the teacher below.
 TEACHER_SETS=(--set run.name=teacher --set "run.out_dir=\"$WORK/teacher\"" --set student.layers=$TL "${SHAPE[@]}")
 timeout 600 "$DEEPEN" pretrain "$WORK/base.toml" "${TEACHER_SETS[@]}" > "$OUT/pretrain.log" 2>&1 ||
