@@ -28,6 +28,16 @@ std::string type_name(const toml::node& n) {
   }
 }
 
+// Keys that existed once and what to write instead ("" for any other key): an old config fails
+// with the replacement spelled out rather than a bare "unknown key".
+std::string retired_key_advice(const std::string& key) {
+  if (key == "student.dtype")
+    return "replaced by student.precision: write precision = \"fp32\" for dtype = \"fp32\", "
+           "precision = \"bf16-pure\" for dtype = \"bf16\" (bf16 parameters and AdamW state, as before), or "
+           "precision = \"bf16-mixed\" (bf16 compute, fp32 master weights and AdamW state)";
+  return "";
+}
+
 // Reads one section's keys into its struct; every error names file, section.key and the reason.
 class SectionReader {
  public:
@@ -45,6 +55,8 @@ class SectionReader {
   void reject_unknown_keys() const {
     if (!table_) return;
     for (const auto& [k, v] : *table_) {
+      const std::string advice = retired_key_advice(section_ + "." + std::string(k.str()));
+      if (!advice.empty()) throw InputError(where(std::string(k.str())) + ": " + advice);
       if (!known_.count(std::string(k.str())))
         throw InputError(where(std::string(k.str())) + ": unknown key" + suggestion());
     }
@@ -273,6 +285,7 @@ void validate_config(const Config& cfg) {
                                      "the LM head trains: they cannot be one matrix)");
   c.one_of("student.cpu_kernels", s.cpu_kernels, {"auto", "fused", "aten"});
   c.one_of("student.recompute", s.recompute, {"none", "layer", "mlp"});
+  c.one_of("student.precision", s.precision, {"fp32", "bf16-mixed", "bf16-pure"});
   c.one_of("teacher.cpu_kernels", cfg.teacher.cpu_kernels, {"auto", "fused", "aten"});
   c.positive("student.rope_theta", s.rope_theta);
   c.positive("student.rms_eps", s.rms_eps);
@@ -448,6 +461,7 @@ Config without_execution_settings(const Config& cfg) {
   c.student.cpu_kernels = defaults.student.cpu_kernels;
   c.teacher.cpu_kernels = defaults.teacher.cpu_kernels;
   c.student.recompute = defaults.student.recompute;
+  c.student.tf32 = defaults.student.tf32;  // rounding of fp32 matmuls on CUDA only
   c.control = defaults.control;
   return c;
 }

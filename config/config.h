@@ -89,14 +89,25 @@ struct StudentConfig {
   std::string init = "random";
   double rope_theta = 1'000'000.0;
   double rms_eps = 1e-6;
-  FloatDtype dtype = FloatDtype::kFp32;  // "fp32" | "bf16" parameters and compute
+  // Arithmetic of the student (model/student.h):
+  //   "fp32":       fp32 parameters, compute and AdamW state.
+  //   "bf16-mixed": fp32 parameters (the optimizer's masters) and fp32 AdamW state; the forward and
+  //                 backward run in bf16 on bf16 copies of the weights made at each use, gradients
+  //                 reach the fp32 parameters and accumulate there; the loss's softmax stays fp32.
+  //   "bf16-pure":  bf16 parameters, compute AND AdamW state (updates below half a bf16 ulp of a
+  //                 weight are lost; kept for comparison and for memory-bound experiments).
+  // Replaces the former student.dtype ("fp32" -> "fp32", "bf16" -> "bf16-pure").
+  std::string precision = "fp32";
+  // CUDA only: fp32 matmuls (the "fp32" precision's, and the fp32 parts of the others) may use TF32
+  // tensor cores (10-bit mantissa products, fp32 accumulation). Off keeps fp32 exact as on CPU.
+  bool tf32 = false;
   std::string cpu_kernels = "auto";  // "auto" | "fused" | "aten": fp32 CPU steps (model/cpu_kernel_choice.h)
   std::string recompute = "none";    // "none" | "layer" | "mlp": activation recomputation (model/recompute.h)
   template <class V> void visit(V& v) {
     v("layers", layers); v("hidden", hidden); v("heads", heads); v("kv_heads", kv_heads);
     v("head_dim", head_dim); v("intermediate", intermediate); v("vocab_size", vocab_size);
     v("norm", norm); v("tie_embeddings", tie_embeddings); v("init", init); v("rope_theta", rope_theta);
-    v("rms_eps", rms_eps); v("dtype", dtype);
+    v("rms_eps", rms_eps); v("precision", precision); v("tf32", tf32);
     v("cpu_kernels", cpu_kernels); v("recompute", recompute);
   }
 };
@@ -258,7 +269,7 @@ uint64_t config_hash(const Config& cfg);
 
 // The config with the settings that change only how a run executes (speed, memory, rounding), never
 // what it trains, put back to their defaults: run.threads, run.device, student.cpu_kernels,
-// teacher.cpu_kernels, student.recompute and [control]. A checkpoint resumes across them and the
+// teacher.cpu_kernels, student.recompute, student.tf32 and [control]. A checkpoint resumes across them and the
 // report counts runs that differ only in them as one experiment.
 Config without_execution_settings(const Config& cfg);
 

@@ -1,4 +1,4 @@
-// `deepen plan [CONFIG]`: predict teacher/student/channel rates and recommend T, P, S for a cluster.
+// `deepen plan [CONFIG]`: predict teacher/student/channel rates and per-rank memory, and recommend T, P, S.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -10,6 +10,7 @@
 #include "config/input_error.h"
 #include "launch/command_line.h"
 #include "plan/cost_model.h"
+#include "plan/memory_model.h"
 #include "run_folder/run_folder.h"
 
 namespace deepen {
@@ -43,6 +44,7 @@ struct PlanCommand {
   std::string cluster = "h200";
   std::optional<int64_t> nodes, gpus_per_node;
   std::optional<double> flops, mfu, teacher_mfu, intra_bw, inter_bw, memory;
+  std::string device_memory;
   std::string calibrate;
   int64_t cores = 0, threads = 1;
   double p2p_bw = 5e9;
@@ -68,6 +70,8 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("--intra-bw", o->intra_bw, "bytes/s per device within a node");
   cmd->add_option("--inter-bw", o->inter_bw, "bytes/s per device between nodes");
   cmd->add_option("--gpu-mem", o->memory, "bytes of memory per device");
+  cmd->add_option("--device-memory", o->device_memory,
+                  "memory per device with a unit (80GiB, 80GB, 141e9): each rank's peak must fit in 90% of it");
   cmd->add_option("--calibrate", o->calibrate,
                   "CPU: calibrate on this single-process run folder (its metrics.jsonl) instead of a cluster preset");
   cmd->add_option("--cores", o->cores, "CPU: cores shared by the ranks (default: this machine's)");
@@ -105,6 +109,7 @@ void register_plan_command(CLI::App& app) {
     if (o->intra_bw) c.intra_bw = *o->intra_bw;
     if (o->inter_bw) c.inter_bw = *o->inter_bw;
     if (o->memory) c.memory = *o->memory;
+    if (!o->device_memory.empty()) c.memory = parse_bytes(o->device_memory, "--device-memory");
     if (c.nodes < 1 || c.gpus_per_node < 1) throw InputError("--nodes and --gpus-per-node must be >= 1");
     if (!o->check.empty()) {
       if (o->calibrate.empty()) throw InputError("--check needs --calibrate RUN (a single-process run to calibrate on)");

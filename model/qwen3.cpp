@@ -345,6 +345,11 @@ const char* norm_placement_name(NormPlacement norm) {
   return norm == NormPlacement::kPre ? "pre" : "post";
 }
 
+at::Tensor in_compute_dtype(const at::Tensor& w, at::ScalarType compute) {
+  if (!w.defined() || compute == at::ScalarType::Undefined || w.scalar_type() == compute) return w;
+  return w.to(compute);
+}
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, CpuKernels kernels) {
   if (use_fused_rms_norm(kernels, x, weight, eps)) return RmsNormFn::apply(x, weight, eps);
   return rms_norm_ops(x, weight, eps);
@@ -377,13 +382,17 @@ ProjectionImpl::ProjectionImpl(int64_t in, int64_t out, bool with_bias,
   if (with_bias) bias = register_parameter("bias", at::zeros({out}, options));
 }
 
-at::Tensor ProjectionImpl::forward(const at::Tensor& x) { return at::linear(x, weight, bias); }
+at::Tensor ProjectionImpl::forward(const at::Tensor& x) {
+  return at::linear(x, in_compute_dtype(weight, compute_dtype), in_compute_dtype(bias, compute_dtype));
+}
 
 EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t dim, const at::TensorOptions& options) {
   weight = register_parameter("weight", at::empty({vocab, dim}, options));
 }
 
-at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) { return at::embedding(weight, ids); }
+at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) {
+  return at::embedding(in_compute_dtype(weight, compute_dtype), ids);
+}
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const at::TensorOptions& options, CpuKernels kernels_)
     : eps(eps_), kernels(kernels_) {
@@ -392,20 +401,28 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const at::TensorOptions& opti
 
 AttentionImpl::AttentionImpl(const DecoderSpec& s, const at::TensorOptions& options) : spec(s) {
   auto linear = [&](int64_t in, int64_t out) {
-    return Projection(in, out, spec.attention_bias, options);
+    Projection p(in, out, spec.attention_bias, options);
+    p->compute_dtype = spec.compute_dtype;
+    return p;
+  };
+  auto norm = [&] {
+    RMSNorm n(spec.head_dim, spec.rms_eps, options, spec.cpu_kernels);
+    n->compute_dtype = spec.compute_dtype;
+    return n;
   };
   q_proj = register_module("q_proj", linear(spec.hidden, spec.heads * spec.head_dim));
   k_proj = register_module("k_proj", linear(spec.hidden, spec.kv_heads * spec.head_dim));
   v_proj = register_module("v_proj", linear(spec.hidden, spec.kv_heads * spec.head_dim));
   o_proj = register_module("o_proj", linear(spec.heads * spec.head_dim, spec.hidden));
-  q_norm = register_module("q_norm", RMSNorm(spec.head_dim, spec.rms_eps, options, spec.cpu_kernels));
-  k_norm = register_module("k_norm", RMSNorm(spec.head_dim, spec.rms_eps, options, spec.cpu_kernels));
+  q_norm = register_module("q_norm", norm());
+  k_norm = register_module("k_norm", norm());
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const Rotary& rope) {
   const int64_t b = x.size(0), t = x.size(1), d = spec.head_dim;
-  const QkvWeights w{q_proj->weight, k_proj->weight, v_proj->weight, q_proj->bias,
-                     k_proj->bias,   v_proj->bias,   q_norm->weight, k_norm->weight};
+  auto c = [this](const at::Tensor& t) { return in_compute_dtype(t, spec.compute_dtype); };
+  const QkvWeights w{c(q_proj->weight), c(k_proj->weight), c(v_proj->weight), c(q_proj->bias),
+                     c(k_proj->bias),   c(v_proj->bias),   c(q_norm->weight), c(k_norm->weight)};
   const std::vector<at::Tensor> qkv =
       use_fused_qkv_rope(spec, x) ? qkv_rope_fused(x, w, rope, spec) : qkv_rope_ops(x, w, rope, spec);
   const at::Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];
@@ -418,15 +435,21 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const Rotary& rope) {
   return o_proj(o.transpose(1, 2).reshape({b, t, spec.heads * d}));
 }
 
-MlpImpl::MlpImpl(const DecoderSpec& spec, const at::TensorOptions& options) : cpu_kernels(spec.cpu_kernels) {
-  auto linear = [&](int64_t in, int64_t out) { return Projection(in, out, false, options); };
+MlpImpl::MlpImpl(const DecoderSpec& spec, const at::TensorOptions& options)
+    : cpu_kernels(spec.cpu_kernels), compute_dtype(spec.compute_dtype) {
+  auto linear = [&](int64_t in, int64_t out) {
+    Projection p(in, out, false, options);
+    p->compute_dtype = spec.compute_dtype;
+    return p;
+  };
   gate_proj = register_module("gate_proj", linear(spec.hidden, spec.intermediate));
   up_proj = register_module("up_proj", linear(spec.hidden, spec.intermediate));
   down_proj = register_module("down_proj", linear(spec.intermediate, spec.hidden));
 }
 
 at::Tensor MlpImpl::forward(const at::Tensor& x) {
-  const at::Tensor &gate = gate_proj->weight, &up = up_proj->weight;
+  const at::Tensor gate = in_compute_dtype(gate_proj->weight, compute_dtype);
+  const at::Tensor up = in_compute_dtype(up_proj->weight, compute_dtype);
   return down_proj(use_fused_swiglu_mlp(cpu_kernels, x, gate.size(0)) ? swiglu_mlp_fused(x, gate, up)
                                                                        : swiglu_mlp_ops(x, gate, up));
 }
@@ -436,10 +459,13 @@ DecoderBlockImpl::DecoderBlockImpl(const DecoderSpec& spec, NormPlacement norm,
     : placement(norm), recompute_mlp(spec.recompute == Recompute::kMlp) {
   self_attn = register_module("self_attn", Attention(spec, options));
   mlp = register_module("mlp", Mlp(spec, options));
-  input_layernorm =
-      register_module("input_layernorm", RMSNorm(spec.hidden, spec.rms_eps, options, spec.cpu_kernels));
-  post_attention_layernorm = register_module("post_attention_layernorm",
-                                             RMSNorm(spec.hidden, spec.rms_eps, options, spec.cpu_kernels));
+  auto make_norm = [&] {
+    RMSNorm n(spec.hidden, spec.rms_eps, options, spec.cpu_kernels);
+    n->compute_dtype = spec.compute_dtype;
+    return n;
+  };
+  input_layernorm = register_module("input_layernorm", make_norm());
+  post_attention_layernorm = register_module("post_attention_layernorm", make_norm());
 }
 
 at::Tensor DecoderBlockImpl::forward(const at::Tensor& x, const Rotary& rope) {

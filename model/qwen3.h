@@ -32,7 +32,16 @@ struct DecoderSpec {
   // Activation recomputation under training (recompute.h): kMlp is applied inside each block,
   // kLayer around whole blocks by their owner (the student).
   Recompute recompute = Recompute::kNone;
+  // Mixed precision: the dtype the forward computes in when it differs from the parameters' (fp32
+  // parameters, bf16 compute: each weight is cast at its use, so autograd hands the cast's gradient
+  // back to the fp32 parameter in fp32). Undefined = the parameters' own dtype (teacher, fp32 and
+  // pure-bf16 students).
+  at::ScalarType compute_dtype = at::ScalarType::Undefined;
 };
+
+// The weight as a forward uses it: `w` itself, or its copy in `compute` (not Undefined and not
+// w's dtype). Differentiable: the copy's gradient reaches w in w's dtype. Undefined stays undefined.
+at::Tensor in_compute_dtype(const at::Tensor& w, at::ScalarType compute);
 
 // Throws InputError "<where>: <field> ..." when a size is not positive or heads % kv_heads != 0.
 void validate_decoder_spec(const DecoderSpec& spec, const std::string& where);
@@ -79,6 +88,7 @@ class ProjectionImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);
   at::Tensor weight;
   at::Tensor bias;  // undefined without bias
+  at::ScalarType compute_dtype = at::ScalarType::Undefined;  // DecoderSpec::compute_dtype
 };
 TORCH_MODULE(Projection);
 
@@ -88,6 +98,7 @@ class EmbeddingImpl : public torch::nn::Module {
   EmbeddingImpl(int64_t vocab, int64_t dim, const at::TensorOptions& options);
   at::Tensor forward(const at::Tensor& ids);
   at::Tensor weight;
+  at::ScalarType compute_dtype = at::ScalarType::Undefined;  // DecoderSpec::compute_dtype
 };
 TORCH_MODULE(Embedding);
 
@@ -95,10 +106,11 @@ class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps, const at::TensorOptions& options,
               CpuKernels kernels = CpuKernels::kAuto);
-  at::Tensor forward(const at::Tensor& x) { return rms_norm(x, weight, eps, kernels); }
+  at::Tensor forward(const at::Tensor& x) { return rms_norm(x, in_compute_dtype(weight, compute_dtype), eps, kernels); }
   at::Tensor weight;
   double eps;
   CpuKernels kernels;
+  at::ScalarType compute_dtype = at::ScalarType::Undefined;  // DecoderSpec::compute_dtype
 };
 TORCH_MODULE(RMSNorm);
 
@@ -119,6 +131,7 @@ class MlpImpl : public torch::nn::Module {
   MlpImpl(const DecoderSpec& spec, const at::TensorOptions& options);
   at::Tensor forward(const at::Tensor& x);
   CpuKernels cpu_kernels;
+  at::ScalarType compute_dtype;  // DecoderSpec::compute_dtype
   Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(Mlp);

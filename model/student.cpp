@@ -72,13 +72,26 @@ StudentSpec student_spec_from_config(const StudentConfig& cfg, int64_t vocab_siz
   spec.max_depth = cfg.layers;
   spec.norm = parse_norm_placement(cfg.norm, "student.norm");
   spec.tie_embeddings = cfg.tie_embeddings;
-  spec.dtype = to_scalar_type(cfg.dtype);
+  const StudentPrecision precision = parse_student_precision(cfg.precision, "student.precision");
+  spec.dtype = precision == StudentPrecision::kBf16Pure ? at::kBFloat16 : at::kFloat;
+  spec.decoder.compute_dtype = precision == StudentPrecision::kBf16Mixed ? at::kBFloat16 : at::ScalarType::Undefined;
   const bool from_teacher = cfg.init == "teacher";
   if (from_teacher && cfg.tie_embeddings)
     throw InputError("student.tie_embeddings: must be false with student.init = \"teacher\"");
   spec.entry_norm = from_teacher && spec.norm == NormPlacement::kPost;
   spec.freeze_embedding = from_teacher;
   return spec;
+}
+
+StudentPrecision parse_student_precision(const std::string& text, const std::string& where) {
+  if (text == "fp32") return StudentPrecision::kFp32;
+  if (text == "bf16-mixed") return StudentPrecision::kBf16Mixed;
+  if (text == "bf16-pure") return StudentPrecision::kBf16Pure;
+  throw InputError(where + ": must be \"fp32\", \"bf16-mixed\" or \"bf16-pure\", got \"" + text + "\"");
+}
+
+at::ScalarType StudentSpec::compute() const {
+  return decoder.compute_dtype == at::ScalarType::Undefined ? dtype : decoder.compute_dtype;
 }
 
 GrowInit parse_grow_init(const std::string& text, const std::string& where) {
@@ -110,23 +123,27 @@ GrowableStudent::GrowableStudent(const StudentSpec& spec, int64_t depth, uint64_
   embed_tokens_ = register_module("embed_tokens", Embedding(spec_.vocab_size, h, cpu_f32));
   init_like_hf(*embed_tokens_, generator_for(seed_, kEmbedTag));
   embed_tokens_->to(device, spec_.dtype);
+  embed_tokens_->compute_dtype = spec_.decoder.compute_dtype;
   if (spec_.freeze_embedding) embed_tokens_->weight.set_requires_grad(false);
   if (spec_.entry_norm) {
     if (spec_.norm != NormPlacement::kPost)
       throw InputError("student: an entry norm belongs to a post-norm student (pre-norm has its final norm)");
     entry_norm_ = register_module("entry_norm", RMSNorm(h, spec_.decoder.rms_eps, cpu_f32, spec_.decoder.cpu_kernels));
     entry_norm_->to(device, spec_.dtype);
+    entry_norm_->compute_dtype = spec_.decoder.compute_dtype;
   }
   layers_ = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < depth; ++i) layers_->push_back(make_block(i));
   if (spec_.norm == NormPlacement::kPre) {
     norm_ = register_module("norm", RMSNorm(h, spec_.decoder.rms_eps, cpu_f32, spec_.decoder.cpu_kernels));
     norm_->to(device, spec_.dtype);
+    norm_->compute_dtype = spec_.decoder.compute_dtype;
   }
   if (!spec_.tie_embeddings) {
     lm_head_ = register_module("lm_head", Projection(h, spec_.vocab_size, false, cpu_f32));
     init_like_hf(*lm_head_, generator_for(seed_, kHeadTag));
     lm_head_->to(device, spec_.dtype);
+    lm_head_->compute_dtype = spec_.decoder.compute_dtype;
   }
 }
 
@@ -227,7 +244,7 @@ std::vector<std::pair<std::string, at::Tensor>> GrowableStudent::named_trainable
 at::Device GrowableStudent::device() const { return embed_tokens_->weight.device(); }
 
 Rotary GrowableStudent::rotary(int64_t seq_len) const {
-  return make_rotary(seq_len, spec_.decoder.head_dim, spec_.decoder.rope_theta, spec_.dtype, device());
+  return make_rotary(seq_len, spec_.decoder.head_dim, spec_.decoder.rope_theta, spec_.compute(), device());
 }
 
 at::Tensor GrowableStudent::embed(const at::Tensor& ids) {
@@ -256,7 +273,7 @@ at::Tensor GrowableStudent::forward_hidden(const at::Tensor& ids) {
 }
 
 at::Tensor GrowableStudent::head_weight() const {
-  return lm_head_ ? lm_head_->weight : embed_tokens_->weight;
+  return in_compute_dtype(lm_head_ ? lm_head_->weight : embed_tokens_->weight, spec_.decoder.compute_dtype);
 }
 
 at::Tensor GrowableStudent::forward(const at::Tensor& ids) {

@@ -23,7 +23,10 @@ struct StudentSpec {
   int64_t max_depth = 0;  // blocks at the end of the curriculum
   NormPlacement norm = NormPlacement::kPre;
   bool tie_embeddings = true;
-  at::ScalarType dtype = at::kFloat;  // parameters and compute: kFloat or kBFloat16
+  // Parameters (and so AdamW state and checkpoints): kFloat or kBFloat16. The compute dtype is
+  // decoder.compute_dtype when set (bf16-mixed: fp32 parameters, bf16 compute), else this one.
+  at::ScalarType dtype = at::kFloat;
+  at::ScalarType compute() const;  // the dtype activations and logits come out in
   // Post-norm only: an RMSNorm `entry_norm` on the embedding output before block 0 (the paper's
   // post-norm boundary norm), so that post- and pre-norm students have the same parameters.
   bool entry_norm = false;
@@ -31,6 +34,13 @@ struct StudentSpec {
   // no gradient and so gets no optimizer state.
   bool freeze_embedding = false;
 };
+
+// student.precision (config.h):
+//   fp32       -> dtype kFloat,    decoder.compute_dtype kUndefined
+//   bf16-mixed -> dtype kFloat,    decoder.compute_dtype kBFloat16 (fp32 masters, bf16 compute)
+//   bf16-pure  -> dtype kBFloat16, decoder.compute_dtype kUndefined
+enum class StudentPrecision { kFp32, kBf16Mixed, kBf16Pure };
+StudentPrecision parse_student_precision(const std::string& text, const std::string& where);  // throws InputError
 
 // From the [student] section and the vocabulary size (the tokenizer's, or the teacher's).
 // student.init = "teacher" sets freeze_embedding, and entry_norm for a post-norm student (the
@@ -112,7 +122,8 @@ class GrowableStudent : public torch::nn::Module {
   at::Tensor head_input(const at::Tensor& last_block_output);
   // ids -> head_input(...) [B, T, hidden]: what the loss multiplies by head_weight().
   at::Tensor forward_hidden(const at::Tensor& ids);
-  // [vocab, hidden]: the embedding when tied, lm_head otherwise.
+  // [vocab, hidden]: the embedding when tied, lm_head otherwise, in the compute dtype (a
+  // differentiable bf16 copy of the fp32 parameter under bf16-mixed).
   at::Tensor head_weight() const;
   // ids -> logits [B, T, vocab] (compute dtype).
   at::Tensor forward(const at::Tensor& ids);

@@ -41,6 +41,7 @@ nlohmann::json spec_json(const GrowableStudent& s) {
           {"entry_norm", spec.entry_norm},
           {"freeze_embedding", spec.freeze_embedding},
           {"dtype", float_dtype_name(float_dtype_of(spec.dtype))},
+          {"compute_dtype", float_dtype_name(float_dtype_of(spec.compute()))},
           {"depth", s.depth()},
           {"seed", s.seed()}};
 }
@@ -106,6 +107,11 @@ std::shared_ptr<GrowableStudent> load_student(const std::string& path, at::Devic
     spec.entry_norm = j.value("entry_norm", false);
     spec.freeze_embedding = j.value("freeze_embedding", false);
     spec.dtype = to_scalar_type(parse_float_dtype(j.at("dtype").get<std::string>(), path + ": metadata student.dtype"));
+    // bf16-mixed students store fp32 masters and compute in bf16; files without the key computed
+    // in their parameters' dtype.
+    const at::ScalarType compute = to_scalar_type(parse_float_dtype(
+        j.value("compute_dtype", float_dtype_name(float_dtype_of(spec.dtype))), path + ": metadata student.compute_dtype"));
+    spec.decoder.compute_dtype = compute == spec.dtype ? at::ScalarType::Undefined : compute;
     depth = j.at("depth");
     seed = j.at("seed");
   } catch (const nlohmann::json::exception& e) {

@@ -15,6 +15,7 @@
 #include "config/input_error.h"
 #include "model/hf_config.h"
 #include "model/layer_split.h"
+#include "plan/memory_model.h"
 #include "run_folder/jsonl.h"
 #include "run_folder/run_folder.h"
 
@@ -60,6 +61,65 @@ std::string si(double v, const std::string& unit) {
 }
 
 int64_t node_of(int64_t rank, int64_t gpus_per_node) { return rank / gpus_per_node; }
+
+std::string gib(double bytes) { return fmt("%.1f", bytes / (1024.0 * 1024.0 * 1024.0)); }
+
+// The largest teacher stage of a P-stage pipeline for the plan's micro-batch.
+TeacherStageMemory largest_teacher_stage(const PlanInput& in, int64_t P, int64_t* layers_of_largest = nullptr) {
+  const std::vector<int64_t> layers = stage_layers(in.teacher.layers, P);
+  const int64_t n = micro_batch_tokens(in);
+  TeacherStageMemory worst;
+  for (int64_t p = 0; p < P; ++p) {
+    const bool last = p == P - 1;
+    const double out = last ? logit_bytes_per_token(in.distill, in.teacher.vocab, n, in.header_bytes)
+                            : static_cast<double>(in.teacher.hidden * float_dtype_bytes(in.activation_dtype));
+    const TeacherStageMemory t = teacher_stage_memory(in.teacher, layers[static_cast<size_t>(p)], p == 0, last,
+                                                      float_dtype_bytes(in.teacher_dtype), n, out, in.max_in_flight);
+    if (t.total() > worst.total()) {
+      worst = t;
+      if (layers_of_largest) *layers_of_largest = layers[static_cast<size_t>(p)];
+    }
+  }
+  return worst;
+}
+
+// Per rank role: what a student and a teacher stage hold, whether each fits, and what would fit.
+void describe_memory(std::ostringstream& o, const PlanInput& in, const ClusterSpec& c, int64_t S, int64_t P) {
+  const double budget = 0.9 * c.memory;
+  auto verdict = [&](double bytes) { return bytes <= budget ? "fits" : "does NOT fit"; };
+  const StudentMemory sm = student_memory(student_memory_input(in));
+  o << "Memory per rank (plan/memory_model.h; GiB; a rank fits within 90% of the device's " << gib(c.memory)
+    << " GiB)\n"
+    << "  student at full depth " << in.student.layers << ", " << in.precision << ", recompute " << in.recompute << ", "
+    << micro_batch_tokens(in) << " tokens per micro-batch:\n"
+    << "    weights " << gib(sm.weights) << (in.precision == "bf16-pure" ? " (bf16)" : " (fp32 masters)");
+  if (sm.compute_copy > 0) o << " + bf16 copy " << gib(sm.compute_copy);
+  o << " + gradients " << gib(sm.gradients) << " + AdamW " << gib(sm.optimizer) << " + activations "
+    << gib(sm.activations) << " + loss " << gib(sm.loss) << " + teacher targets " << gib(sm.targets) << " = "
+    << gib(sm.total()) << " -> " << verdict(sm.total()) << "\n"
+    << "    with weights, gradients and AdamW state sharded over S=" << S << " (NOT implemented in deepen): "
+    << gib(sm.sharded_total(S)) << " -> would " << (sm.sharded_total(S) <= budget ? "fit" : "not fit either") << "\n";
+  int64_t layers = 0;
+  const TeacherStageMemory t = largest_teacher_stage(in, P, &layers);
+  o << "  teacher, largest of P=" << P << " stage(s) (" << layers << " layers, " << float_dtype_name(in.teacher_dtype)
+    << "): weights " << gib(t.weights) << " + forward " << gib(t.working) << " + " << in.max_in_flight
+    << " outgoing micro-batches " << gib(t.buffers) << " = " << gib(t.total()) << " -> " << verdict(t.total()) << "\n";
+  if (sm.total() <= budget && t.total() <= budget) return;
+  // The batch can be kept with smaller micro-batches and more accumulation: name the largest that fits.
+  for (int64_t mb = in.micro_batch - 1; mb >= 1; --mb) {
+    PlanInput smaller = in;
+    smaller.micro_batch = mb;
+    const double st = student_memory(student_memory_input(smaller)).total();
+    const double tt = largest_teacher_stage(smaller, P).total();
+    if (st <= budget && tt <= budget) {
+      o << "  parallel.micro_batch = " << mb << " fits (student " << gib(st) << ", teacher stage " << gib(tt)
+        << " GiB); raise grad_accum by " << fmt("%.3g", static_cast<double>(in.micro_batch) / static_cast<double>(mb))
+        << "x to keep the batch\n";
+      return;
+    }
+  }
+  o << "  no micro-batch fits: add devices (more stages), recomputation, or memory\n";
+}
 
 }  // namespace
 
@@ -249,21 +309,25 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
   e.mean_tokens_per_s = total_weight / total_time;
   e.supply_over_demand = demand_time / supply_time;  // (tokens/s supplied) / (tokens/s demanded)
 
-  // Memory: bf16 teacher weights per stage (+ embedding on the first, head on the last); students
-  // hold fp32 weights, gradients and two Adam moments (16 B per parameter), activations aside.
-  const double gib = 1e9;
-  double worst_teacher = 0;
+  // Memory: the largest stage and a student at full depth (plan/memory_model.h).
+  const int64_t n = micro_batch_tokens(in);
+  const double logit_bytes = logit_bytes_per_token(in.distill, in.teacher.vocab, n, in.header_bytes);
+  const double hop_bytes = static_cast<double>(in.teacher.hidden * float_dtype_bytes(in.activation_dtype));
   for (int64_t p = 0; p < P; ++p) {
-    double params = static_cast<double>(layers[static_cast<size_t>(p)] * block_params(in.teacher));
-    if (p == 0) params += static_cast<double>(in.teacher.vocab * in.teacher.hidden);
-    if (p == P - 1) params += static_cast<double>(in.teacher.vocab * in.teacher.hidden);
-    worst_teacher = std::max(worst_teacher, 2.0 * params);
+    const bool last = p == P - 1;
+    const TeacherStageMemory t = teacher_stage_memory(in.teacher, layers[static_cast<size_t>(p)], p == 0, last,
+                                                      float_dtype_bytes(in.teacher_dtype), n,
+                                                      last ? logit_bytes : hop_bytes, in.max_in_flight);
+    e.teacher_stage_bytes = std::max(e.teacher_stage_bytes, t.total());
   }
-  const double student_bytes = 16.0 * static_cast<double>(total_params(in.student));
+  const StudentMemory sm = student_memory(student_memory_input(in));
+  e.student_bytes = sm.total();
+  e.student_sharded_bytes = sm.sharded_total(S);
   const double budget = 0.9 * c.memory;
-  e.fits_memory = worst_teacher <= budget && student_bytes <= budget;
-  e.memory_note = "teacher stage " + fmt("%.1f", worst_teacher / gib) + " GB, student " +
-                  fmt("%.1f", student_bytes / gib) + " GB of " + fmt("%.0f", c.memory / gib) + " GB";
+  e.fits_memory = e.teacher_stage_bytes <= budget && e.student_bytes <= budget;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  e.memory_note = "teacher stage " + fmt("%.1f", e.teacher_stage_bytes / gib) + " GiB, student " +
+                  fmt("%.1f", e.student_bytes / gib) + " GiB of " + fmt("%.1f", c.memory / gib) + " GiB";
   return e;
 }
 
@@ -336,9 +400,13 @@ std::string describe_plan(const PlanInput& in, const ClusterSpec& c, const std::
     o << ", " << fmt("%.2f", (t_one / tf) / (s_one / train_flops_per_token(s, depths.front(), in.seq_len)))
       << " at depth " << depths.front();
   o << " (compute only)\n\n";
+  describe_memory(o, in, c, ranked.empty() ? in.students : ranked.front().S,
+                  ranked.empty() ? in.teacher_stages : ranked.front().P);
+  o << "\n";
 
   if (ranked.empty()) {
-    o << "No feasible layout on this cluster (memory or node placement); add devices or memory.\n";
+    o << "No feasible layout on this cluster at micro_batch " << in.micro_batch
+      << " (memory, see above, or node placement); add devices or memory, or take the micro-batch named above.\n";
     return o.str();
   }
   o << "Layouts, best first (tokens/s of the whole job; curriculum mean weights each stage by its tokens)\n"
@@ -376,6 +444,8 @@ std::string describe_plan(const PlanInput& in, const ClusterSpec& c, const std::
   return o.str();
 }
 
+int64_t micro_batch_tokens(const PlanInput& in) { return in.micro_batch * in.seq_len; }
+
 PlanInput plan_input_from_config(const Config& cfg) {
   PlanInput in;
   const std::string& ckpt = cfg.teacher.checkpoint;
@@ -390,8 +460,16 @@ PlanInput plan_input_from_config(const Config& cfg) {
   }
   const int64_t vocab = cfg.student.vocab_size > 0 ? cfg.student.vocab_size : in.teacher.vocab;
   in.student = shape_from_student(cfg.student, vocab);
-  in.seq_len = cfg.data.seq_len;
+  // Documents are right-padded to the longest in the micro-batch: max_len is the worst case.
+  in.seq_len = cfg.data.packing == "documents" ? cfg.data.max_len : cfg.data.seq_len;
   in.micro_batch = cfg.parallel.micro_batch;
+  in.precision = cfg.student.precision;
+  in.recompute = cfg.student.recompute;
+  in.frozen_embedding = cfg.student.init == "teacher";
+  in.teacher_dtype = cfg.teacher.dtype;
+  in.max_in_flight = cfg.parallel.max_in_flight;
+  in.students = cfg.parallel.students;
+  in.teacher_stages = cfg.parallel.teacher_stages;
   in.grad_accum = cfg.parallel.grad_accum;
   in.global_batch = cfg.parallel.global_batch;
   in.distill = cfg.distill;

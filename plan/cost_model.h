@@ -105,6 +105,14 @@ struct PlanInput {
   // Tokens of the whole run, for the pipeline fill; 0 = a long run (the fill is negligible).
   double total_tokens = 0;
   int64_t header_bytes = 64;
+  // Memory (plan/memory_model.h): the student's arithmetic and recomputation, what it trains, the
+  // teacher's dtype and the outgoing buffers of each hop.
+  std::string precision = "fp32";       // student.precision
+  std::string recompute = "none";       // student.recompute
+  bool frozen_embedding = false;        // student.init = "teacher"
+  FloatDtype teacher_dtype = FloatDtype::kBf16;
+  int64_t max_in_flight = 4;
+  int64_t students = 1, teacher_stages = 1;  // the config's layout: the memory section's when none fits
 };
 
 // A candidate layout and its predicted rates (tokens/s of the whole job unless noted).
@@ -123,9 +131,18 @@ struct LayoutEstimate {
   double mean_tokens_per_s = 0;        // tokens-weighted over the curriculum (harmonic)
   double supply_over_demand = 0;       // teacher (and channel) supply / student demand, curriculum mean
   std::string bottleneck;              // "teacher", "students", "channel" (at the heaviest stage)
+  // Peak bytes per rank (plan/memory_model.h): the largest teacher stage and a student at full
+  // depth; a layout fits when both are within 90% of the device's memory (the rest: CUDA context,
+  // allocator fragmentation).
+  double teacher_stage_bytes = 0;
+  double student_bytes = 0;
+  double student_sharded_bytes = 0;     // if weights, gradients and AdamW state were split over S (not implemented)
   bool fits_memory = true;
   std::string memory_note;
 };
+
+// Tokens per micro-batch of a plan: micro_batch × seq_len (documents: max_len, the padded worst case).
+int64_t micro_batch_tokens(const PlanInput& in);
 
 // Pure: the rates of one layout. Example (tests/plan/cost_model_test.cpp): a 4-layer teacher and a
 // 2-layer student on 4 devices of 1 TFLOP/s, T=1 P=2 S=1 -> teacher bound or student bound as

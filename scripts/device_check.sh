@@ -211,7 +211,7 @@ kv_heads = $KV
 head_dim = $HD
 intermediate = $INTER
 vocab_size = $VOCAB
-dtype = "bf16"
+precision = "bf16-mixed"
 recompute = "layer"
 [curriculum]
 mode = "joint"

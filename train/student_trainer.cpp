@@ -319,6 +319,8 @@ void Trainer::print_progress(const StepReport& r) const {
 
 RunOutcome run_student(StudentRun& run) {
   set_compute_threads(run.cfg.run.threads);
+  // student.tf32: LibTorch's switch is per process, like the thread count; CPU matmuls ignore it.
+  if (run.device.is_cuda()) at::globalContext().setAllowTF32CuBLAS(run.cfg.student.tf32);
   Trainer trainer(run);
   return trainer.run();
 }

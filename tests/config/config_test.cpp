@@ -153,13 +153,17 @@ TEST(Config, WithoutExecutionSettingsKeepsOnlyWhatIsTrained) {
   const Config a = parse_config(kMinimal, "a.toml");
   const Config b = parse_config(kMinimal, "b.toml",
                                 {"run.threads=2", "run.device=\"cpu\"", "student.cpu_kernels=\"aten\"",
-                                 "teacher.cpu_kernels=\"fused\"", "student.recompute=\"layer\"", "control.watchdog_s=7"});
-  EXPECT_EQ(config_differences(a, b).size(), 6u);
+                                 "teacher.cpu_kernels=\"fused\"", "student.recompute=\"layer\"", "control.watchdog_s=7",
+                                 "student.tf32=true"});
+  EXPECT_EQ(config_differences(a, b).size(), 7u);
   EXPECT_TRUE(config_differences(without_execution_settings(a), without_execution_settings(b)).empty());
   const Config c = parse_config(kMinimal, "c.toml", {"run.threads=2", "curriculum.stage_steps=[10, 10, 11]"});
   const auto d = config_differences(without_execution_settings(a), without_execution_settings(c));
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].key, "curriculum.stage_steps");
+  // The precision changes what the optimizer holds and how it rounds every step: kept.
+  const Config e = parse_config(kMinimal, "e.toml", {"student.precision=\"bf16-mixed\""});
+  ASSERT_EQ(config_differences(without_execution_settings(a), without_execution_settings(e)).size(), 1u);
 }
 
 // A scaling study keeps the global batch and changes the student count: grad_accum follows.

@@ -1,4 +1,4 @@
-// FloatDtype: the one "fp32" / "bf16" parser, directly and through the config's four dtype keys.
+// FloatDtype: the one "fp32" / "bf16" parser, directly and through the config's three dtype keys.
 #include <gtest/gtest.h>
 
 #include "config/config.h"
@@ -19,20 +19,36 @@ TEST(FloatDtype, ParsesTheTwoNamesAndPrintsThemBack) {
 }
 
 TEST(FloatDtype, EveryDtypeKeyOfTheConfigGoesThroughIt) {
-  const Config cfg = parse_config("", "d.toml", {"teacher.dtype=bf16", "student.dtype=bf16",
-                                                 "distill.channel_dtype=bf16", "parallel.activation_dtype=bf16"});
+  const Config cfg = parse_config("", "d.toml", {"teacher.dtype=bf16", "distill.channel_dtype=bf16",
+                                                 "parallel.activation_dtype=bf16"});
   EXPECT_EQ(cfg.teacher.dtype, FloatDtype::kBf16);
-  EXPECT_EQ(cfg.student.dtype, FloatDtype::kBf16);
   EXPECT_EQ(cfg.distill.channel_dtype, FloatDtype::kBf16);
   EXPECT_EQ(cfg.parallel.activation_dtype, FloatDtype::kBf16);
-  EXPECT_EQ(parse_config(to_toml(cfg), "again.toml").student.dtype, FloatDtype::kBf16);
+  EXPECT_EQ(parse_config(to_toml(cfg), "again.toml").teacher.dtype, FloatDtype::kBf16);
   EXPECT_EQ(parse_config("", "d.toml").teacher.dtype, FloatDtype::kFp32);
-  for (const char* key : {"teacher.dtype", "student.dtype", "distill.channel_dtype", "parallel.activation_dtype"}) {
+  for (const char* key : {"teacher.dtype", "distill.channel_dtype", "parallel.activation_dtype"}) {
     EXPECT_EQ(test::error_of([&] { parse_config("", "d.toml", {std::string(key) + "=fp16"}); }),
               std::string("d.toml: ") + key + ": must be \"fp32\" | \"bf16\", got \"fp16\"");
   }
-  EXPECT_NE(test::error_of([] { parse_config("[student]\ndtype = 16\n", "d.toml"); }).find("d.toml: student.dtype: expected a string"),
+  EXPECT_NE(test::error_of([] { parse_config("[teacher]\ndtype = 16\n", "d.toml"); }).find("d.toml: teacher.dtype: expected a string"),
             std::string::npos);
+}
+
+// student.dtype became student.precision: an old config fails naming the key and what to write.
+TEST(StudentPrecision, TheOldStudentDtypeKeySaysWhatToWriteInstead) {
+  const std::string e = test::error_of([] { parse_config("[student]\ndtype = \"bf16\"\n", "old.toml"); });
+  EXPECT_NE(e.find("old.toml: student.dtype: replaced by student.precision"), std::string::npos) << e;
+  EXPECT_NE(e.find("precision = \"bf16-pure\" for dtype = \"bf16\""), std::string::npos) << e;
+  EXPECT_NE(e.find("precision = \"bf16-mixed\""), std::string::npos) << e;
+}
+
+TEST(StudentPrecision, TakesTheThreeNamesAndRejectsOthers) {
+  for (const char* p : {"fp32", "bf16-mixed", "bf16-pure"})
+    EXPECT_EQ(parse_config("", "p.toml", {std::string("student.precision=") + p}).student.precision, p);
+  EXPECT_EQ(parse_config("", "p.toml").student.precision, "fp32");
+  const std::string e = test::error_of([] { parse_config("", "p.toml", {"student.precision=fp16"}); });
+  EXPECT_NE(e.find("p.toml: student.precision"), std::string::npos) << e;
+  EXPECT_NE(e.find("bf16-mixed"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -178,3 +178,51 @@ TEST(GpuTrainJob, TinyGrowRunOnCudaFinishesTracksTheCpuAndResumes) {
 
 }  // namespace
 }  // namespace deepen
+
+namespace deepen {
+namespace {
+
+// tests/train/mixed_precision_test.cpp's two checks, on the GPU: fp32 masters keep AdamW updates
+// below half a bf16 ulp (the arithmetic is elementwise and the same on any device: exact values),
+// and a tiny bf16-mixed `deepen train` on CUDA (growth, eval, checkpoints) tracks the same run on
+// the CPU within the CPU test's stated 5% of the loss per step (TF32 off, the default).
+TEST(GpuStudent, Bf16MixedMastersKeepSmallUpdatesAndTrainTracksTheCpu) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const Config cfg = parse_config(std::string(kTinyStudentShape) + "[curriculum]\nmode = \"joint\"\nstages = [3]\n", "s",
+                                  {"student.tie_embeddings=false"});
+  StudentConfig mixed_cfg = cfg.student, pure_cfg = cfg.student;
+  mixed_cfg.precision = "bf16-mixed";
+  pure_cfg.precision = "bf16-pure";
+  std::map<std::string, at::Tensor> gains;
+  for (const StudentConfig* sc : {&mixed_cfg, &pure_cfg}) {
+    GrowableStudent s(student_spec_from_config(*sc, 256), 1, 5, kGpu);
+    AdamW opt(AdamWOptions{.weight_decay = 0.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8});
+    at::Tensor gain;
+    for (const auto& [name, p] : s.named_trainable_parameters()) {
+      opt.add(name, p);
+      if (name == "norm.weight") gain = p;
+    }
+    ASSERT_TRUE(gain.defined());
+    for (int i = 0; i < 10; ++i) {
+      gain.mutable_grad() = at::full_like(gain, -1.0);
+      opt.step(1e-3);
+      opt.zero_grad();
+    }
+    gains[sc->precision] = gain.detach().cpu();
+  }
+  EXPECT_TRUE(at::equal(gains["bf16-pure"], at::ones_like(gains["bf16-pure"])));
+  EXPECT_LT((gains["bf16-mixed"] - 1.01).abs().max().item<double>(), 1e-5);
+
+  GpuWorld world;
+  std::map<std::string, std::vector<double>> curves;
+  for (const std::string device : {"cpu", "cuda"}) {
+    ASSERT_EQ(run_train_job(world.config("mixed-" + device, {"student.precision=bf16-mixed"}, device), quiet()), kExitOk);
+    for (const auto& m : metrics_of(world.dir("mixed-" + device))) curves[device].push_back(m["loss"].get<double>());
+  }
+  ASSERT_EQ(curves["cuda"].size(), curves["cpu"].size());
+  for (size_t i = 0; i < curves["cpu"].size(); ++i)
+    EXPECT_LE(std::abs(curves["cuda"][i] - curves["cpu"][i]), 0.05 * curves["cpu"][i]) << "step " << i;
+}
+
+}  // namespace
+}  // namespace deepen

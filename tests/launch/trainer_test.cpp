@@ -608,3 +608,70 @@ TEST(Trainer, UnderResetTheGrowRunsPhaseZeroIsTheSingleBlockControl) {
 
 }  // namespace
 }  // namespace deepen
+
+namespace deepen {
+namespace {
+
+// bf16-mixed through everything a run does to its parameters: growth (new blocks made in fp32 and
+// broadcast), the phase reset (fresh fp32 AdamW state), the freeze control, checkpoints (fp32
+// masters) and the checksum. Resumed twice (before the growth at step 4 and inside phase 1), the run
+// continues the uninterrupted curve bit for bit: masters and moments are restored exactly and the
+// bf16 copies are recast from them, so every step repeats the same operations on the same values.
+TEST(Trainer, Bf16MixedResumesAcrossGrowthAndAPhaseResetEqualToUninterrupted) {
+  TinyWorld world;
+  for (const std::string variant : {"grow", "freeze"}) {
+    std::vector<std::string> more = {"student.precision=bf16-mixed"};
+    if (variant == "freeze") more.push_back("curriculum.freeze_prefix=true");
+    const std::string whole = "mixed-whole-" + variant, split = "mixed-split-" + variant;
+    ASSERT_EQ(run_train_job(world.config(whole, reset_sets(more)), quiet()), kExitOk) << variant;
+    JobOptions stop = quiet();
+    stop.stop_after_steps = 3;
+    ASSERT_EQ(run_train_job(world.config(split, reset_sets(more)), stop), kExitRequeue) << variant;
+    stop.stop_after_steps = 6;
+    ASSERT_EQ(run_train_job(world.config(split, reset_sets(more)), stop), kExitRequeue) << variant;
+    ASSERT_EQ(run_train_job(world.config(split, reset_sets(more)), quiet()), kExitOk) << variant;
+    const auto a = records(world.dir(whole), "metrics.jsonl");
+    const auto b = records(world.dir(split), "metrics.jsonl");
+    ASSERT_EQ(a.size(), 12u) << variant;
+    ASSERT_EQ(a.size(), b.size()) << variant;
+    for (size_t i = 0; i < a.size(); ++i)
+      for (const char* key : {"loss", "kl", "ce", "grad_norm", "lr"})
+        EXPECT_EQ(a[i][key].get<double>(), b[i][key].get<double>()) << variant << " " << key << " at step " << i;
+    const auto sa = load_student((world.dir(whole) / "final" / "student.safetensors").string());
+    const auto sb = load_student((world.dir(split) / "final" / "student.safetensors").string());
+    EXPECT_EQ(sa->parameter_checksum(), sb->parameter_checksum()) << variant;
+    // The file holds the fp32 masters, and says the student computes in bf16.
+    EXPECT_EQ(sa->depth(), 3) << variant;
+    for (const auto& item : sa->named_parameters()) EXPECT_EQ(item.value().scalar_type(), at::kFloat) << item.key();
+    EXPECT_EQ(sa->spec().compute(), at::kBFloat16) << variant;
+  }
+}
+
+// bf16-mixed against fp32 on the same run (growth 1 -> 2 -> 3 blocks, 9 steps). Per-step rounding
+// differences compound through the updates, which no closed form bounds honestly; so this test
+// asserts what a user checks, with a stated (not derived) bound, and docs/model.md records the
+// measured gap: both runs learn (the last three steps' mean loss below the first three's by more
+// than 5%), and at every step bf16-mixed is within 5% of fp32's loss. Step 0 differs only by the
+// forward's rounding (8-bit significands, relative 2^-8 per rounding, a few dozen roundings deep):
+// far inside 5%. A mixed run whose updates were lost, or that trained another model, leaves the
+// fp32 curve or stops learning.
+TEST(Trainer, Bf16MixedLossCurveTracksFp32) {
+  TinyWorld world;
+  std::vector<std::vector<double>> curves;
+  for (const std::string precision : {"fp32", "bf16-mixed"}) {
+    ASSERT_EQ(run_train_job(world.config("curve-" + precision, {"student.precision=" + precision}), quiet()), kExitOk);
+    std::vector<double> curve;
+    for (const auto& m : records(world.dir("curve-" + precision), "metrics.jsonl")) curve.push_back(m["loss"].get<double>());
+    ASSERT_EQ(curve.size(), 9u);
+    curves.push_back(curve);
+  }
+  for (const auto& c : curves) EXPECT_LT((c[6] + c[7] + c[8]) / 3, 0.95 * (c[0] + c[1] + c[2]) / 3);
+  for (size_t i = 0; i < curves[0].size(); ++i) {
+    EXPECT_LE(std::abs(curves[1][i] - curves[0][i]), 0.05 * curves[0][i]) << "step " << i;
+    std::printf("step %zu loss fp32 %.6f bf16-mixed %.6f rel %+.2e\n", i, curves[0][i], curves[1][i],
+                (curves[1][i] - curves[0][i]) / curves[0][i]);
+  }
+}
+
+}  // namespace
+}  // namespace deepen

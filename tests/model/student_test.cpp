@@ -43,12 +43,18 @@ TEST(Student, PreNormWithAllBlocksEqualsTransformersQwen3WithTheSameWeights) {
 TEST(Student, SpecFromConfigTakesTheStudentSection) {
   StudentConfig cfg;
   cfg.layers = 9; cfg.hidden = 64; cfg.heads = 4; cfg.kv_heads = 2; cfg.head_dim = 32;
-  cfg.intermediate = 128; cfg.norm = "post"; cfg.tie_embeddings = false; cfg.dtype = FloatDtype::kBf16;
+  cfg.intermediate = 128; cfg.norm = "post"; cfg.tie_embeddings = false; cfg.precision = "bf16-pure";
   const StudentSpec spec = student_spec_from_config(cfg, 256);
   EXPECT_EQ(spec.max_depth, 9);
   EXPECT_EQ(spec.decoder.head_dim, 32);
   EXPECT_EQ(spec.norm, NormPlacement::kPost);
   EXPECT_EQ(spec.dtype, at::kBFloat16);
+  EXPECT_EQ(spec.compute(), at::kBFloat16);
+  cfg.precision = "bf16-mixed";  // fp32 parameters (the optimizer's masters), bf16 compute
+  EXPECT_EQ(student_spec_from_config(cfg, 256).dtype, at::kFloat);
+  EXPECT_EQ(student_spec_from_config(cfg, 256).compute(), at::kBFloat16);
+  cfg.precision = "fp32";
+  EXPECT_EQ(student_spec_from_config(cfg, 256).compute(), at::kFloat);
   cfg.norm = "middle";
   EXPECT_THROW(student_spec_from_config(cfg, 256), InputError);
   cfg.norm = "pre"; cfg.kv_heads = 3;

@@ -1,0 +1,115 @@
+// Memory model: the bytes each rank holds, from the shapes, the precision and the recomputation.
+#include "plan/memory_model.h"
+
+#include <algorithm>
+
+#include "config/input_error.h"
+
+namespace deepen {
+
+PrecisionBytes precision_bytes(const std::string& precision) {
+  if (precision == "fp32") return {4, 0, 4, 8, 4};
+  if (precision == "bf16-mixed") return {4, 2, 4, 8, 2};
+  if (precision == "bf16-pure") return {2, 0, 2, 4, 2};
+  throw InputError("student.precision: must be \"fp32\", \"bf16-mixed\" or \"bf16-pure\", got \"" + precision + "\"");
+}
+
+namespace {
+struct BlockValues {
+  double h, q, kv, I, heads;
+};
+BlockValues values_of(const ModelShape& m) {
+  return {static_cast<double>(m.hidden), static_cast<double>(m.heads * m.head_dim),
+          static_cast<double>(m.kv_heads * m.head_dim), static_cast<double>(m.intermediate), static_cast<double>(m.heads)};
+}
+// The MLP sub-layer's share that recompute = "mlp" drops and rebuilds: norm 2's two outputs and the
+// four MLP tensors (its input stays).
+double mlp_sublayer_bytes(const BlockValues& v, int b) { return (2 * v.h + 4 * v.I) * b; }
+}  // namespace
+
+double block_activation_bytes_per_token(const ModelShape& m, const std::string& precision, const std::string& recompute) {
+  const BlockValues v = values_of(m);
+  const int b = precision_bytes(precision).activation;
+  const double full = (4 * v.h + 4 * v.q + 3 * v.kv + 4 * v.I) * b + 4.0 * (2 * v.h + v.q + v.kv) + 4.0 * v.heads;
+  if (recompute == "none") return full;
+  if (recompute == "mlp") return full - 4.0 * v.h - mlp_sublayer_bytes(v, b) + v.h * b;
+  if (recompute == "layer") return v.h * b;
+  throw InputError("student.recompute: must be \"none\", \"layer\" or \"mlp\", got \"" + recompute + "\"");
+}
+
+StudentMemory student_memory(const StudentMemoryInput& in) {
+  const PrecisionBytes pb = precision_bytes(in.precision);
+  const ModelShape& m = in.student;
+  const double params = static_cast<double>(total_params(m));
+  const double frozen = in.frozen_embedding ? static_cast<double>(m.vocab * m.hidden) : 0.0;
+  const double trainable = params - frozen;
+  const double n = static_cast<double>(in.tokens);
+  StudentMemory out;
+  out.weights = pb.master * params;
+  out.compute_copy = pb.compute_copy * params;
+  out.gradients = pb.gradient * trainable;
+  out.optimizer = pb.optimizer * trainable;
+  const double per_block = block_activation_bytes_per_token(m, in.precision, in.recompute);
+  double rebuilt = 0;  // one block's recomputation during its backward
+  if (in.recompute == "layer") rebuilt = block_activation_bytes_per_token(m, in.precision, "none");
+  if (in.recompute == "mlp") rebuilt = mlp_sublayer_bytes(values_of(m), pb.activation);
+  out.activations = (static_cast<double>(m.layers) * per_block + rebuilt) * n;
+  // The loss reads the hidden states in fp32 and returns their gradient (2 x hidden fp32 per token)
+  // and holds about 10 [tokens, chunk] fp32 temporaries (measured: see memory_model.h).
+  const double chunk = static_cast<double>(std::min(in.vocab_chunk, m.vocab));
+  out.loss = (2.0 * static_cast<double>(m.hidden) + 10.0 * chunk) * 4.0 * n;
+  out.targets = in.target_bytes_per_token * n;
+  return out;
+}
+
+StudentMemoryInput student_memory_input(const PlanInput& in) {
+  StudentMemoryInput s;
+  s.student = in.student;
+  s.tokens = micro_batch_tokens(in);
+  s.precision = in.precision;
+  s.recompute = in.recompute;
+  s.frozen_embedding = in.frozen_embedding;
+  s.vocab_chunk = in.distill.vocab_chunk;
+  s.target_bytes_per_token = logit_bytes_per_token(in.distill, in.teacher.vocab, s.tokens, in.header_bytes);
+  return s;
+}
+
+double parse_bytes(const std::string& text, const std::string& where) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  unit.erase(0, unit.find_first_not_of(' '));
+  const std::pair<const char*, double> units[] = {{"", 1},        {"B", 1},          {"KB", 1e3},
+                                                  {"MB", 1e6},    {"GB", 1e9},       {"TB", 1e12},
+                                                  {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+                                                  {"TiB", 1099511627776.0}};
+  if (used > 0 && value > 0)
+    for (const auto& [name, scale] : units)
+      if (unit == name) return value * scale;
+  throw InputError(where + ": expected a positive size such as 80GiB, 80GB or 8e10, got \"" + text + "\"");
+}
+
+TeacherStageMemory teacher_stage_memory(const ModelShape& t, int64_t layers, bool first, bool last, int dtype_bytes,
+                                        int64_t tokens, double out_bytes_per_token, int64_t max_in_flight) {
+  const double b = dtype_bytes, n = static_cast<double>(tokens);
+  double params = static_cast<double>(layers * block_params(t));
+  if (first) params += static_cast<double>(t.vocab * t.hidden);
+  // The last stage holds the head (a tied head is the embedding: a second copy unless it is also
+  // the first stage) and the final norm.
+  if (last) params += static_cast<double>(t.vocab * t.hidden * (first && t.tied ? 0 : 1) + t.hidden);
+  TeacherStageMemory out;
+  out.weights = b * params;
+  // One layer at a time under no_grad: residual, normed input, attention output and q/k/v (about
+  // 4 hidden-sized tensors with q ~ hidden), and gate, up and their product (3 intermediate-sized).
+  out.working = (4.0 * static_cast<double>(t.hidden) + 3.0 * static_cast<double>(t.intermediate)) * b * n;
+  if (last) out.working += static_cast<double>(t.vocab) * b * n;  // the logits before they are sent
+  out.buffers = static_cast<double>(max_in_flight) * out_bytes_per_token * n;
+  return out;
+}
+
+}  // namespace deepen

@@ -1,0 +1,105 @@
+// Memory model for `deepen plan`: bytes per rank of a student (weights, gradients, AdamW state,
+// activations with or without recomputation, loss, targets) and of a teacher stage.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "plan/cost_model.h"
+
+namespace deepen {
+
+// Bytes per element of what the student holds, by student.precision:
+//                 masters  compute copy  gradient  AdamW (2 moments)  activations
+//   fp32          4        0             4         8                  4
+//   bf16-mixed    4        2             4         8                  2 (+ fp32 norm inputs)
+//   bf16-pure     2        0             2         4                  2 (+ fp32 norm inputs)
+// The bf16-mixed compute copy is the bf16 cast of each weight made at its use; the linear layers
+// keep it for their backward, so at the peak (end of forward) all of them exist.
+struct PrecisionBytes {
+  int master = 4, compute_copy = 0, gradient = 4, optimizer = 8, activation = 4;
+};
+PrecisionBytes precision_bytes(const std::string& precision);  // InputError for another name
+
+// Values saved for backward per token by one decoder block (ops path, model/qwen3.cpp), h = hidden,
+// q = heads·head_dim, kv = kv_heads·head_dim, I = intermediate, b = bytes of the compute dtype:
+//   the inputs of the four RMSNorms (block input h, residual after attention h, q and k), which
+//   they keep in fp32 (they normalize in fp32: in bf16 a fp32 copy, in fp32 the tensor itself)
+//                                                          4·(2h + q + kv) bytes
+//   norm 1 and norm 2: normalized x, gain·x               4h
+//   q: normalized, after RoPE (SDPA's input)              2q   (RoPE's products save only cos/sin)
+//   k: the same                                           2kv
+//   v (SDPA's input)                                      kv
+//   SDPA output, o_proj's input (a reshaped copy)         2q
+//   MLP: gate, silu(gate), up, silu(gate)·up              4I
+//   attention's log-sum-exp                               4·heads bytes
+//   total = b·(4h + 4q + 3kv + 4I) + 4·(2h + q + kv) + 4·heads bytes (fp32: 4·(6h + 5q + 4kv + 4I + heads)).
+// recompute = "mlp": the MLP sub-layer (norm 2 and the MLP) keeps only its input (h values in the
+//   compute dtype) instead of norm 2's fp32 input, its two outputs and the MLP's four tensors.
+// recompute = "layer": a block keeps its input only (h values); the whole block's values live again
+//   while its backward runs (counted once per rank).
+// Example (the paper's layer, hidden 4096, 32/8 heads x 128, intermediate 12288, bf16-mixed, none):
+//   2·(4·4096 + 4·4096 + 3·1024 + 4·12288) + 4·(8192 + 4096 + 1024) + 4·32
+//   = 169,984 + 53,248 + 128 = 223,360 bytes per token.
+double block_activation_bytes_per_token(const ModelShape& m, const std::string& precision, const std::string& recompute);
+
+// What decides a student rank's memory.
+struct StudentMemoryInput {
+  ModelShape student;            // shapes; layers = the depth held (the curriculum's last)
+  int64_t tokens = 0;            // per micro-batch: micro_batch × sequence length (documents: max_len)
+  std::string precision = "fp32";
+  std::string recompute = "none";
+  bool frozen_embedding = false; // student.init = "teacher": the embedding has no gradient or state
+  int64_t vocab_chunk = 8192;    // distill.vocab_chunk
+  double target_bytes_per_token = 0;  // the teacher's logits as received (0: pretraining)
+};
+
+// Bytes of one student rank at its peak (end of a micro-batch's forward, gradients from earlier
+// micro-batches held).
+struct StudentMemory {
+  double weights = 0;       // masters (fp32 / bf16-pure: the parameters)
+  double compute_copy = 0;  // bf16-mixed: the bf16 weight copies alive over forward + backward
+  double gradients = 0;     // trainable parameters only
+  double optimizer = 0;     // AdamW's two moments, trainable parameters only
+  // Saved for backward by every block, + what a recomputation rebuilds during the backward of one
+  // block (recompute = "layer": the whole block; "mlp": its MLP sub-layer, 2h + 4I values).
+  double activations = 0;
+  double loss = 0;          // the chunked loss: hidden states + chunk temporaries
+  double targets = 0;       // the teacher's logits for one micro-batch
+  double total() const { return weights + compute_copy + gradients + optimizer + activations + loss + targets; }
+  // weights + gradients + optimizer (the compute copy stays whole: each rank gathers full weights)
+  // split over S ranks, as sharded data parallelism would (NOT implemented in deepen).
+  double sharded_total(int64_t S) const {
+    return (weights + gradients + optimizer) / static_cast<double>(S) + compute_copy + activations + loss + targets;
+  }
+};
+
+// Worked example (tests/plan/memory_model_test.cpp): the tiny student of cost_model_test (2 layers,
+// hidden 8, 2/1 heads x 4, intermediate 16, vocab 32, tied: 1,464 parameters), fp32, 16 tokens:
+//   weights 5,856, gradients 5,856, AdamW 11,712 bytes; activations per block and token
+//   (6·8 + 5·8 + 4·4 + 4·16 + 2) · 4 = 680 bytes, so 2·680·16 = 21,760 bytes;
+//   loss (2·8 + 10·min(8192, 32)) · 4 · 16 = 21,504 bytes.
+// The loss's 10 [tokens, chunk] fp32 temporaries are measured, not derived: loss_memory_bench's
+// 1.31 GB at 4096 tokens x chunk 8192 (README) is 9.8 of them.
+StudentMemory student_memory(const StudentMemoryInput& in);
+
+// From a plan: the student at full depth, micro_batch_tokens(in) tokens, the configured logits.
+StudentMemoryInput student_memory_input(const PlanInput& in);
+
+// "80GiB", "80 GB", "141e9", "512MiB" -> bytes (KB/MB/GB/TB powers of 1000, KiB/MiB/GiB/TiB of
+// 1024, B or nothing = bytes). InputError naming `where` for anything else.
+double parse_bytes(const std::string& text, const std::string& where);
+
+// Bytes of one teacher stage rank: its weights (embedding on the first stage, final norm and head on
+// the last), the forward's working set for one micro-batch (no grad: about 4 hidden-sized and 3
+// intermediate-sized tensors of one layer at a time, plus the last stage's logits), and its outgoing
+// buffers (max_in_flight micro-batches of activations, or of logits for the last stage).
+struct TeacherStageMemory {
+  double weights = 0, working = 0, buffers = 0;
+  double total() const { return weights + working + buffers; }
+};
+TeacherStageMemory teacher_stage_memory(const ModelShape& teacher, int64_t layers, bool first, bool last,
+                                        int dtype_bytes, int64_t tokens, double out_bytes_per_token,
+                                        int64_t max_in_flight);
+
+}  // namespace deepen

@@ -1,0 +1,129 @@
+// Memory model: per-rank bytes worked by hand (tiny shapes), the paper's layer, what precision and
+// recomputation change, the teacher stage, the size parser, and the paper plan on 80 GB devices.
+#include <gtest/gtest.h>
+
+#include "config/config.h"
+#include "config/input_error.h"
+#include "plan/memory_model.h"
+#include "tests/test_paths.h"
+
+namespace deepen {
+namespace {
+
+// cost_model_test's tiny shape: hidden 8, 2 heads / 1 kv head of 4, intermediate 16, vocab 32, tied.
+ModelShape tiny(int64_t layers) { return {"tiny", layers, 8, 2, 1, 4, 16, 32, true}; }
+
+StudentMemoryInput tiny_student(const std::string& precision, const std::string& recompute) {
+  StudentMemoryInput in;
+  in.student = tiny(2);
+  in.tokens = 16;
+  in.precision = precision;
+  in.recompute = recompute;
+  return in;
+}
+
+// The example in memory_model.h, number by number.
+TEST(MemoryModel, TinyFp32StudentWorkedByHand) {
+  const StudentMemory m = student_memory(tiny_student("fp32", "none"));
+  EXPECT_EQ(m.weights, 4.0 * 1464);
+  EXPECT_EQ(m.compute_copy, 0.0);
+  EXPECT_EQ(m.gradients, 4.0 * 1464);
+  EXPECT_EQ(m.optimizer, 8.0 * 1464);
+  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "fp32", "none"), 680.0);  // (168 + 2 lse) · 4
+  EXPECT_EQ(m.activations, 2 * 680.0 * 16);
+  EXPECT_EQ(m.loss, (2 * 8 + 10 * 32) * 4.0 * 16);  // the chunk is capped at the vocabulary
+  EXPECT_EQ(m.targets, 0.0);                          // pretraining: no teacher logits
+  EXPECT_EQ(m.total(), 5856 + 5856 + 11712 + 21760 + 21504.0);
+}
+
+// Recomputation: "layer" keeps h values per block (+ one whole block while its backward runs),
+// "mlp" drops norm 2's two outputs and the MLP's four tensors: 2·8 + 4·16 = 80 values.
+TEST(MemoryModel, RecomputationKeepsLessPerBlock) {
+  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "fp32", "layer"), 8 * 4.0);
+  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "fp32", "mlp"), 680.0 - 80 * 4);
+  EXPECT_EQ(student_memory(tiny_student("fp32", "layer")).activations, (2 * 32.0 + 680) * 16);
+  EXPECT_EQ(student_memory(tiny_student("fp32", "mlp")).activations, (2 * 360.0 + 80 * 4) * 16);
+}
+
+// Precision: masters and AdamW stay fp32 under bf16-mixed, plus a 2-byte copy; bf16-pure halves all.
+// Activations in bf16: 2·(4·8 + 4·8 + 3·4 + 4·16) = 280 bytes, the RMSNorms' fp32 inputs
+// 4·(2·8 + 8 + 4) = 112 and the log-sum-exp 8.
+TEST(MemoryModel, PrecisionSetsBytesPerParameterAndActivation) {
+  const StudentMemory mixed = student_memory(tiny_student("bf16-mixed", "none"));
+  const StudentMemory pure = student_memory(tiny_student("bf16-pure", "none"));
+  EXPECT_EQ(mixed.weights + mixed.compute_copy + mixed.gradients + mixed.optimizer, 18.0 * 1464);
+  EXPECT_EQ(pure.weights + pure.compute_copy + pure.gradients + pure.optimizer, 8.0 * 1464);
+  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "bf16-mixed", "none"), 280 + 112 + 8.0);
+  // mlp: drops norm 2's fp32 input (32), its outputs and the MLP (2·(2·8 + 4·16) = 160), keeps 2·8.
+  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "bf16-mixed", "mlp"), 400 - 32 - 160 + 16.0);
+  EXPECT_THROW(precision_bytes("fp16"), InputError);
+}
+
+// The paper's layer (memory_model.h's example) and its student's frozen embedding.
+TEST(MemoryModel, PaperLayerAndFrozenEmbedding) {
+  const ModelShape paper{"student", 9, 4096, 32, 8, 128, 12288, 151936, false};
+  EXPECT_EQ(block_activation_bytes_per_token(paper, "bf16-mixed", "none"), 223360.0);
+  StudentMemoryInput in;
+  in.student = paper;
+  in.tokens = 8192;
+  in.precision = "bf16-mixed";
+  in.frozen_embedding = true;
+  const StudentMemory m = student_memory(in);
+  const double params = static_cast<double>(total_params(paper)), embedding = 151936.0 * 4096;
+  EXPECT_EQ(m.gradients, 4 * (params - embedding));
+  EXPECT_EQ(m.optimizer, 8 * (params - embedding));
+  EXPECT_EQ(m.weights, 4 * params);
+}
+
+// A middle stage holds its layers and max_in_flight outgoing activations; the last adds the head,
+// the final norm and the logits. Tiny teacher (4 layers split 2 + 2), bf16, 16 tokens.
+TEST(MemoryModel, TeacherStageWorkedByHand) {
+  const ModelShape t = tiny(4);
+  const TeacherStageMemory mid = teacher_stage_memory(t, 2, false, false, 2, 16, 8 * 2, 4);
+  EXPECT_EQ(mid.weights, 2.0 * 2 * 600);
+  EXPECT_EQ(mid.working, (4 * 8 + 3 * 16) * 2.0 * 16);
+  EXPECT_EQ(mid.buffers, 4 * 16.0 * 16);
+  const TeacherStageMemory last = teacher_stage_memory(t, 2, false, true, 2, 16, 32 * 2, 4);
+  EXPECT_EQ(last.weights, 2.0 * (2 * 600 + 32 * 8 + 8));
+  EXPECT_EQ(last.working, (4 * 8 + 3 * 16) * 2.0 * 16 + 32 * 2.0 * 16);
+  EXPECT_EQ(last.buffers, 4 * 64.0 * 16);
+}
+
+TEST(MemoryModel, DeviceMemoryTakesUnits) {
+  EXPECT_EQ(parse_bytes("80GiB", "m"), 80.0 * 1024 * 1024 * 1024);
+  EXPECT_EQ(parse_bytes("80GB", "m"), 80e9);
+  EXPECT_EQ(parse_bytes("141e9", "m"), 141e9);
+  EXPECT_EQ(parse_bytes("512 MiB", "m"), 512.0 * 1024 * 1024);
+  EXPECT_THROW(parse_bytes("eighty", "--device-memory"), InputError);
+  EXPECT_THROW(parse_bytes("80 parsecs", "--device-memory"), InputError);
+  EXPECT_THROW(parse_bytes("-1GB", "--device-memory"), InputError);
+}
+
+// The paper's config on 8 teacher + 8 student 80 GB GPUs: its micro-batch of 2 x 8,192 tokens fits
+// both roles; 4 does not (the student's loss temporaries and bf16 targets double) and the plan says
+// so, naming micro_batch = 2 and the sharded figure as not implemented.
+TEST(MemoryModel, PaperConfigOnEightyGigabyteDevicesNamesWhatFits) {
+  const Config cfg = load_config(std::string(test::kSourceDir) + "/configs/paper/qwen3-8b.toml",
+                                 {"teacher.checkpoint=\"Qwen3-8B\""});
+  PlanInput in = plan_input_from_config(cfg);
+  EXPECT_EQ(in.seq_len, 8192);  // documents: max_len
+  EXPECT_EQ(in.precision, "bf16-mixed");
+  ClusterSpec c = cluster_preset("h100");  // 80 GB
+  c.nodes = 2;
+  EXPECT_TRUE(estimate_layout(in, c, 8, 1, 8).fits_memory);
+  const auto ranked = rank_layouts(in, c);
+  ASSERT_FALSE(ranked.empty());
+  EXPECT_EQ(ranked.front().devices, 16);
+  in.micro_batch = 4;
+  in.grad_accum = 2;
+  EXPECT_FALSE(estimate_layout(in, c, 8, 1, 8).fits_memory);
+  const std::string text = describe_plan(in, c, rank_layouts(in, c));
+  EXPECT_NE(text.find("Memory per rank"), std::string::npos) << text;
+  EXPECT_NE(text.find("does NOT fit"), std::string::npos) << text;
+  EXPECT_NE(text.find("NOT implemented"), std::string::npos) << text;
+  EXPECT_NE(text.find("parallel.micro_batch = 2 fits"), std::string::npos) << text;
+  std::cout << text;
+}
+
+}  // namespace
+}  // namespace deepen
