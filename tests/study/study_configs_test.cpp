@@ -116,7 +116,7 @@ TEST(StudyConfigs, PaperBaseConfigsMarkTheirAssumptions) {
       "temperature", "logits", "vocab_chunk", "lr", "min_lr_ratio", "weight_decay", "betas", "eps", "warmup_steps",
       "schedule", "grad_clip",
       // layout, eval, checkpoints, control
-      "teacher_pipelines", "teacher_stages", "students", "grad_accum", "backend", "activation_dtype", "every", "diagnostic_batch", "keep",
+      "teacher_pipelines", "teacher_stages", "students", "grad_accum", "global_batch", "backend", "activation_dtype", "every", "diagnostic_batch", "keep",
       "heartbeat_s", "watchdog_s"};
   for (const char* f : {"configs/paper/qwen3-8b.toml", "configs/paper/qwen3-1.7b.toml", "configs/paper/qwen3-0.6b.toml"}) {
     std::ifstream in(source(f));
