@@ -71,9 +71,10 @@ TeacherStageMemory largest_teacher_stage(const PlanInput& in, int64_t P, int64_t
   TeacherStageMemory worst;
   for (int64_t p = 0; p < P; ++p) {
     const bool last = p == P - 1;
-    const double out = last ? logit_bytes_per_token(in.distill, in.teacher.vocab, n, in.header_bytes)
+    const double out = last ? logit_bytes_per_token(in.distill, in.teacher.vocab, n, in.header_bytes, in.teacher.hidden)
                             : static_cast<double>(in.teacher.hidden * float_dtype_bytes(in.activation_dtype));
-    const TeacherStageMemory t = teacher_stage_memory(in.teacher, layers[static_cast<size_t>(p)], p == 0, last,
+    const TeacherStageMemory t = teacher_stage_memory(in.teacher, layers[static_cast<size_t>(p)], p == 0,
+                                                      last && in.distill.logits != "hidden",  // no head to hold
                                                       float_dtype_bytes(in.teacher_dtype), n, out, in.max_in_flight);
     if (t.total() > worst.total()) {
       worst = t;
@@ -183,15 +184,22 @@ double train_flops_per_token(const ModelShape& m, int64_t depth, int64_t seq_len
   return 3.0 * forward_flops_per_token(m, depth, seq_len, true);
 }
 
-double logit_bytes_per_token(const DistillConfig& d, int64_t vocab, int64_t tokens_per_micro_batch, int64_t header_bytes) {
+double logit_bytes_per_token(const DistillConfig& d, int64_t vocab, int64_t tokens_per_micro_batch, int64_t header_bytes,
+                             int64_t teacher_hidden) {
   const double value = float_dtype_bytes(d.channel_dtype);
   double per_token = 0;
   if (d.logits == "topk") {
     per_token = static_cast<double>(d.topk) * (value + 4) + (d.tail == "bucket" ? value : 0);
+  } else if (d.logits == "hidden") {
+    per_token = static_cast<double>(teacher_hidden) * value;
   } else {
     per_token = static_cast<double>(vocab) * value;
   }
   return per_token + static_cast<double>(header_bytes) / static_cast<double>(std::max<int64_t>(1, tokens_per_micro_batch));
+}
+
+double student_teacher_head_flops_per_token(const DistillConfig& d, const ModelShape& teacher) {
+  return d.logits == "hidden" ? 2.0 * 2.0 * static_cast<double>(teacher.hidden * teacher.vocab) : 0.0;
 }
 
 ClusterSpec cluster_preset(const std::string& name) {
@@ -227,7 +235,10 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
   // Teacher stages of pipeline 0 (all pipelines are alike): compute, activations to the next stage,
   // and for the last stage the logits to its students; sends overlap compute (streaming micro-batches).
   const int64_t tokens_per_mb = in.micro_batch * in.seq_len;
-  e.channel_bytes_per_token = logit_bytes_per_token(in.distill, in.teacher.vocab, tokens_per_mb, in.header_bytes);
+  e.channel_bytes_per_token =
+      logit_bytes_per_token(in.distill, in.teacher.vocab, tokens_per_mb, in.header_bytes, in.teacher.hidden);
+  const bool teacher_head = in.distill.logits != "hidden";  // the hidden channel's last stage has none
+  const double head_on_students = student_teacher_head_flops_per_token(in.distill, in.teacher);
   const auto layers = stage_layers(in.teacher.layers, P);
   const double act_bytes = static_cast<double>(in.teacher.hidden) * float_dtype_bytes(in.activation_dtype);
   const int64_t per_pipe = S / T;
@@ -236,7 +247,7 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
   for (int64_t p = 0; p < P; ++p) {
     ModelShape part = in.teacher;
     const bool last = p == P - 1;
-    double flops = forward_flops_per_token(part, layers[static_cast<size_t>(p)], in.seq_len, last);
+    double flops = forward_flops_per_token(part, layers[static_cast<size_t>(p)], in.seq_len, last && teacher_head);
     double t = flops / teacher_rate;
     if (!last) {
       t = std::max(t, act_bytes / link(p, p + 1));
@@ -280,15 +291,16 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
     st.layers = depths[k];
     const double grads = 4.0 * static_cast<double>(total_params(st));
     const double allreduce = S > 1 ? 2.0 * static_cast<double>(S - 1) / static_cast<double>(S) * grads / student_bw : 0;
-    const double step = tokens_per_student_step * train_flops_per_token(in.student, depths[k], in.seq_len) / student_rate +
-                        allreduce;
+    const double step =
+        tokens_per_student_step * (train_flops_per_token(in.student, depths[k], in.seq_len) + head_on_students) / student_rate +
+        allreduce;
     const double students = static_cast<double>(S) * tokens_per_student_step / step;
     double pool = INFINITY;
     if (c.shared_cores > 0) {
       // One pool of cores: every token costs a teacher forward and a student step in core-seconds.
-      const double core_s = forward_flops_per_token(in.teacher, in.teacher.layers, in.seq_len, true) /
+      const double core_s = forward_flops_per_token(in.teacher, in.teacher.layers, in.seq_len, teacher_head) /
                                 (c.flops * c.teacher_mfu) +
-                            train_flops_per_token(in.student, depths[k], in.seq_len) / (c.flops * c.mfu);
+                            (train_flops_per_token(in.student, depths[k], in.seq_len) + head_on_students) / (c.flops * c.mfu);
       pool = static_cast<double>(c.shared_cores) / core_s;
     }
     const double job = std::min({supply, students, pool});
@@ -315,7 +327,8 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
   const double hop_bytes = static_cast<double>(in.teacher.hidden * float_dtype_bytes(in.activation_dtype));
   for (int64_t p = 0; p < P; ++p) {
     const bool last = p == P - 1;
-    const TeacherStageMemory t = teacher_stage_memory(in.teacher, layers[static_cast<size_t>(p)], p == 0, last,
+    const TeacherStageMemory t = teacher_stage_memory(in.teacher, layers[static_cast<size_t>(p)], p == 0,
+                                                      last && in.distill.logits != "hidden",  // no head to hold
                                                       float_dtype_bytes(in.teacher_dtype), n,
                                                       last ? logit_bytes : hop_bytes, in.max_in_flight);
     e.teacher_stage_bytes = std::max(e.teacher_stage_bytes, t.total());
@@ -385,12 +398,14 @@ std::string describe_plan(const PlanInput& in, const ClusterSpec& c, const std::
       << "); one device at " << si(s_one, "FLOP/s") << " -> " << si(s_one / sf, "tokens/s") << "\n";
     if (depths.size() == 1) break;
   }
-  DistillConfig full = in.distill, topk = in.distill;
+  DistillConfig full = in.distill, topk = in.distill, hidden = in.distill;
   full.logits = "full";
   topk.logits = "topk";
+  hidden.logits = "hidden";
   const int64_t mb_tokens = in.micro_batch * in.seq_len;
   o << "  logit channel: full " << float_dtype_name(in.distill.channel_dtype) << " " << si(logit_bytes_per_token(full, t.vocab, mb_tokens, in.header_bytes), "B")
     << ", top-" << topk.topk << " " << si(logit_bytes_per_token(topk, t.vocab, mb_tokens, in.header_bytes), "B")
+    << ", hidden " << si(logit_bytes_per_token(hidden, t.vocab, mb_tokens, in.header_bytes, t.hidden), "B")
     << " (configured: " << in.distill.logits << "); over " << si(c.inter_bw, "B/s") << ": "
     << si(c.inter_bw / logit_bytes_per_token(full, t.vocab, mb_tokens, in.header_bytes), "tokens/s") << " full, "
     << si(c.inter_bw / logit_bytes_per_token(topk, t.vocab, mb_tokens, in.header_bytes), "tokens/s") << " top-k per link\n";

@@ -56,11 +56,18 @@ double forward_flops_per_token(const ModelShape& m, int64_t depth, int64_t seq_l
 double train_flops_per_token(const ModelShape& m, int64_t depth, int64_t seq_len);
 
 // Bytes per token on the logit channel. Full: vocab × (4 fp32 | 2 bf16). Top-k: k × (value + 4-byte
-// index), plus one value for the tail mass with tail = "bucket". Plus header_bytes per micro-batch
-// (token-id checksum, shapes), spread over its tokens.
-// Examples: full fp32, vocab 151,936: 607,744 B/token; top-64 bf16 renormalize: 64·(2+4) = 384 B.
+// index), plus one value for the tail mass with tail = "bucket". Hidden: the teacher's final hidden
+// states, teacher_hidden × value. Plus header_bytes per micro-batch (token-id checksum, shapes),
+// spread over its tokens.
+// Examples: full fp32, vocab 151,936: 607,744 B/token; top-64 bf16 renormalize: 64·(2+4) = 384 B;
+// hidden bf16 at 4096: 8,192 B.
 double logit_bytes_per_token(const DistillConfig& d, int64_t vocab, int64_t tokens_per_micro_batch,
-                             int64_t header_bytes = 64);
+                             int64_t header_bytes = 64, int64_t teacher_hidden = 0);
+
+// With distill.logits = "hidden" each student computes the teacher's logits from the received hidden
+// states, per vocabulary chunk, in the loss's forward and again in its backward: 2 × 2·hidden·vocab
+// FLOPs per token; the teacher's last stage skips its head. 0 for the other channels.
+double student_teacher_head_flops_per_token(const DistillConfig& d, const ModelShape& teacher);
 
 // The machines. Rates are per device (GPU, or CPU rank).
 struct ClusterSpec {

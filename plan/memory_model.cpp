@@ -58,7 +58,7 @@ StudentMemory student_memory(const StudentMemoryInput& in) {
   // and holds about 10 [tokens, chunk] fp32 temporaries (measured: see memory_model.h).
   const double chunk = static_cast<double>(std::min(in.vocab_chunk, m.vocab));
   out.loss = (2.0 * static_cast<double>(m.hidden) + 10.0 * chunk) * 4.0 * n;
-  out.targets = in.target_bytes_per_token * n;
+  out.targets = in.target_bytes_per_token * n + in.teacher_head_bytes;
   return out;
 }
 
@@ -70,7 +70,11 @@ StudentMemoryInput student_memory_input(const PlanInput& in) {
   s.recompute = in.recompute;
   s.frozen_embedding = in.frozen_embedding;
   s.vocab_chunk = in.distill.vocab_chunk;
-  s.target_bytes_per_token = logit_bytes_per_token(in.distill, in.teacher.vocab, s.tokens, in.header_bytes);
+  s.target_bytes_per_token =
+      logit_bytes_per_token(in.distill, in.teacher.vocab, s.tokens, in.header_bytes, in.teacher.hidden);
+  // The hidden-state channel: each student holds the teacher's head (bf16 or fp32, as the wire).
+  if (in.distill.logits == "hidden")
+    s.teacher_head_bytes = static_cast<double>(in.teacher.vocab * in.teacher.hidden) * float_dtype_bytes(in.distill.channel_dtype);
   return s;
 }
 

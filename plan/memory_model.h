@@ -51,7 +51,8 @@ struct StudentMemoryInput {
   std::string recompute = "none";
   bool frozen_embedding = false; // student.init = "teacher": the embedding has no gradient or state
   int64_t vocab_chunk = 8192;    // distill.vocab_chunk
-  double target_bytes_per_token = 0;  // the teacher's logits as received (0: pretraining)
+  double target_bytes_per_token = 0;  // the teacher's logits (or hidden states) as received (0: pretraining)
+  double teacher_head_bytes = 0;      // distill.logits = "hidden": the student's copy of the teacher's head
 };
 
 // Bytes of one student rank at its peak (end of a micro-batch's forward, gradients from earlier
@@ -65,7 +66,7 @@ struct StudentMemory {
   // block (recompute = "layer": the whole block; "mlp": its MLP sub-layer, 2h + 4I values).
   double activations = 0;
   double loss = 0;          // the chunked loss: hidden states + chunk temporaries
-  double targets = 0;       // the teacher's logits for one micro-batch
+  double targets = 0;       // the teacher's logits (or hidden states + its head) for one micro-batch
   double total() const { return weights + compute_copy + gradients + optimizer + activations + loss + targets; }
   // weights + gradients + optimizer (the compute copy stays whole: each rank gathers full weights)
   // split over S ranks, as sharded data parallelism would (NOT implemented in deepen).
