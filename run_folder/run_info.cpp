@@ -28,4 +28,10 @@ std::optional<nlohmann::json> read_run_json(const std::string& dir) {
   }
 }
 
+void clear_previous_run(const std::string& dir) {
+  const RunFolder run(dir);
+  for (const std::string& path : {run.checkpoints(), run.final_dir(), run.active_layer_tokens_json()})
+    std::filesystem::remove_all(path);
+}
+
 }  // namespace deepen

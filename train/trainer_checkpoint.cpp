@@ -63,6 +63,7 @@ void Trainer::check_resumable(const CheckpointStore::Found& found) const {
 }
 
 void Trainer::start_run_folder(bool resuming) {
+  if (!resuming) clear_previous_run(out_dir_);  // a resume can then only find this run's checkpoints
   const std::string resolved = to_toml(cfg_);
   const nlohmann::json meta = {
       {"name", cfg_.run.name},

@@ -276,6 +276,24 @@ TEST(Trainer, ResumedRunContinuesTheExactLossCurveAcrossAGrowthEvent) {
               1e-6 * ea[i]["val_ce"].get<double>());
 }
 
+// --fresh in the folder of a finished run: the earlier run's checkpoints, final student and
+// active-layer-token record go, so stopping the new run and resuming continues the new run. (Kept,
+// the earlier run's last checkpoint was the newest: the resume ended at once, 2 steps recorded.)
+TEST(Trainer, FreshRunInTheFolderOfAFinishedRunResumesFromItsOwnCheckpoint) {
+  TinyWorld world;
+  ASSERT_EQ(run_train_job(world.config("again"), quiet()), kExitOk);
+  const size_t steps = records(world.dir("again"), "metrics.jsonl").size();
+  JobOptions fresh = quiet();
+  fresh.resume = false;
+  fresh.stop_after_steps = 2;
+  ASSERT_EQ(run_train_job(world.config("again"), fresh), kExitRequeue);
+  EXPECT_FALSE(fs::exists(fs::path(world.dir("again")) / "final"));
+  EXPECT_EQ(read_active_layer_tokens(fs::path(world.dir("again")).string()).steps, 2);
+  ASSERT_EQ(run_train_job(world.config("again"), quiet()), kExitOk);
+  EXPECT_EQ(records(world.dir("again"), "metrics.jsonl").size(), steps);
+  EXPECT_TRUE(fs::exists(fs::path(world.dir("again")) / "final" / "student.safetensors"));
+}
+
 // A run killed while writing metrics.jsonl leaves its last record cut short (no newline). Resuming
 // must drop that torn line (with a warning naming the file and line), not refuse with "not JSON",
 // and continue the very curve of the uninterrupted run.
