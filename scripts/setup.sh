@@ -11,6 +11,7 @@ APT_PACKAGES=(
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libutf8proc-dev libgtest-dev
   libopenblas0-openmp                   # fast fp32 BLAS on CPU
   gnuplot-nox                           # report plots (PNG, SVG)
+  shellcheck                            # the scripts' lint test (DeviceCheckScript.*)
   fortunes python3.11-doc               # text the demo and the tokenizer tests read
 )
 # A one-node Slurm cluster for tests/slurm/ (the tests start and stop the daemons themselves).
