@@ -92,7 +92,7 @@ class StepTimer {
     size_t index;
     Clock::time_point start;
   };
-  const std::vector<std::string>& names_;
+  std::vector<std::string> names_;  // a copy: the caller may pass a temporary list
   std::vector<double> seconds_;
   Clock::time_point since_;
 };
