@@ -22,6 +22,7 @@
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 
+#include "bench/two_rank_communicator.h"
 #include "dist/communicator.h"
 #include "dist/logit_channel.h"
 #include "dist/mpi_session.h"
@@ -118,12 +119,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   MpiSession mpi(&argc, &argv);
-  if (mpi.size() != 2) {
-    if (mpi.rank() == 0) std::cerr << "run with mpirun -np 2\n";
-    return 2;
-  }
-  at::set_num_threads(1);
-  auto comm = make_mpi_communicator(mpi);
+  auto comm = two_rank_communicator(mpi, "channel_prefetch_bench");
+  if (!comm) return 2;
 
   ChannelFormat full_bf16;
   full_bf16.bf16_values = true;

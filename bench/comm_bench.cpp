@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 
+#include "bench/two_rank_communicator.h"
 #include "dist/communicator.h"
 #include "dist/mpi_session.h"
 
@@ -64,13 +65,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return mpi.rank() == 0 ? app.exit(e) : 0;
   }
-  if (mpi.size() != 2) {
-    if (mpi.rank() == 0) std::cerr << "comm_bench: run with exactly 2 ranks (mpirun -np 2)\n";
-    return 2;
-  }
-  at::set_num_threads(1);
+  auto comm = deepen::two_rank_communicator(mpi, "comm_bench");
+  if (!comm) return 2;
   const int rank = mpi.rank();
-  auto comm = deepen::make_mpi_communicator(mpi);
 
   struct Size {
     std::string name;

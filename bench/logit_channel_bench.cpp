@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 
+#include "bench/two_rank_communicator.h"
 #include "dist/communicator.h"
 #include "dist/logit_channel.h"
 #include "dist/mpi_session.h"
@@ -81,12 +82,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   MpiSession mpi(&argc, &argv);
-  if (mpi.size() != 2) {
-    if (mpi.rank() == 0) std::cerr << "run with mpirun -np 2\n";
-    return 2;
-  }
-  at::set_num_threads(1);
-  auto comm = make_mpi_communicator(mpi);
+  auto comm = two_rank_communicator(mpi, "logit_channel_bench");
+  if (!comm) return 2;
   const at::Tensor logits = at::randn({tokens, vocab}, at::kFloat);
   MicroBatch batch;
   batch.inputs = at::arange(tokens, at::kLong).reshape({1, tokens});

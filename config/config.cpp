@@ -11,6 +11,7 @@
 
 #include "config/hash.h"
 #include "config/input_error.h"
+#include "config/text_file.h"
 #include "config/toml_text.h"
 
 namespace deepen {
@@ -432,11 +433,7 @@ Config parse_config(const std::string& toml_text, const std::string& source,
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   if (path.empty()) return parse_config("", "<defaults>", overrides);
-  std::ifstream in(path);
-  if (!in) throw InputError(path + ": cannot read config file");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_config(text.str(), path, overrides);
+  return parse_config(read_file_text(path, "config file"), path, overrides);
 }
 
 std::string to_toml(const Config& cfg) {

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "config/input_error.h"
+#include "config/text_file.h"
 
 namespace deepen {
 
@@ -42,11 +43,7 @@ toml::table parse_toml(const std::string& text, const std::string& source) {
 }
 
 toml::table parse_toml_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path + ": cannot read " + what);
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_toml(text.str(), path);
+  return parse_toml(read_file_text(path, what), path);
 }
 
 }  // namespace deepen

@@ -26,6 +26,7 @@
 
 #include "config/hash.h"
 #include "config/input_error.h"
+#include "config/text_file.h"
 #include "data/parquet_source.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
@@ -128,13 +129,6 @@ std::vector<SourceFile> list_sources(const DataConfig& cfg, int64_t& skipped) {
   return out;
 }
 
-std::string read_whole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot read: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Calls add(document, id, line bytes) for every non-blank line of a JSONL file, in order; the
 // document is the string field cfg.jsonl_field, the id the field cfg.id_field where the record has
@@ -495,7 +489,7 @@ PrepSummary run_prep(const DataConfig& cfg, const PrepOptions& opts) {
       const uint64_t start_pos = pos;
       if (src.kind == SourceKind::text) {
         pos += src.bytes;
-        ok = add_doc(read_whole(src.path), "");
+        ok = add_doc(read_file_text(src.path, "source file"), "");
       } else if (src.kind == SourceKind::parquet) {
         read_parquet_documents(
             src.path, src.parquet,

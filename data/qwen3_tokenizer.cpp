@@ -16,6 +16,7 @@
 
 #include "config/hash.h"
 #include "config/input_error.h"
+#include "config/text_file.h"
 #include "data/qwen3_split.h"
 #include "data/unicode_text.h"
 
@@ -247,17 +248,10 @@ class WordCache {
   std::array<Stripe, kStripes> stripes_;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open tokenizer file: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 class Qwen3Tokenizer final : public Tokenizer {
  public:
-  explicit Qwen3Tokenizer(const std::string& path) : path_(path) { load(read_file(path)); }
+  explicit Qwen3Tokenizer(const std::string& path) : path_(path) { load(read_file_text(path, "tokenizer file")); }
 
   void encode_append(std::string_view text, std::vector<int32_t>& out) const override;
   std::string decode(std::span<const int32_t> ids) const override {

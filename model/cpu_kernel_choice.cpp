@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/input_error.h"
+#include "config/text_file.h"
 
 namespace deepen {
 
@@ -141,11 +142,7 @@ void CpuKernelCalibration::record_to(const std::string& path, bool reuse) {
   std::lock_guard<std::mutex> lock(mutex_);
   record_path_ = path;
   if (!reuse || !std::filesystem::exists(path)) return;
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in && !in.eof()) throw InputError(path + ": cannot read");
-  for (const StepCalibration& c : from_json(text.str(), path)) cache_[c.shape] = c;
+  for (const StepCalibration& c : from_json(read_file_text(path, "CPU kernel record"), path)) cache_[c.shape] = c;
 }
 
 void CpuKernelCalibration::write_record_locked() const {

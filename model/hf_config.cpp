@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/input_error.h"
+#include "config/text_file.h"
 
 namespace deepen {
 
@@ -161,11 +162,7 @@ Qwen3Config parse_qwen3_config(const std::string& json_text, const std::string& 
 }
 
 Qwen3Config read_qwen3_config(const std::string& config_json_path) {
-  std::ifstream in(config_json_path, std::ios::binary);
-  if (!in) throw InputError(config_json_path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_qwen3_config(text.str(), config_json_path);
+  return parse_qwen3_config(read_file_text(config_json_path), config_json_path);
 }
 
 std::string qwen3_config_json(const Qwen3Config& c) {

@@ -10,6 +10,7 @@
 #include <ATen/Context.h>
 
 #include "config/input_error.h"
+#include "config/text_file.h"
 #include "model/hf_config.h"
 #include "model/student_io.h"
 #include "model/teacher_stage.h"
@@ -56,21 +57,13 @@ at::Device pick_device(const std::string& name) {
   throw InputError("--device: must be auto, cpu or cuda, got \"" + name + "\"");
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 ForwardSummary run_forward(const ForwardRequest& request) {
   const at::ScalarType dtype = to_scalar_type(request.dtype);
   const at::Device device = pick_device(request.device);
   const Qwen3Config config = read_qwen3_config(request.model_dir + "/config.json");
-  const auto sequences = parse_id_lines(read_file(request.ids_path), request.ids_path, config.vocab_size);
+  const auto sequences = parse_id_lines(read_file_text(request.ids_path), request.ids_path, config.vocab_size);
   const int n = static_cast<int>(config.num_hidden_layers);
   TeacherStage model(request.model_dir, 0, n, true, true, dtype, device);
   ForwardSummary summary;

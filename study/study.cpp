@@ -16,6 +16,7 @@
 #include <toml++/toml.h>
 
 #include "config/input_error.h"
+#include "config/text_file.h"
 #include "config/toml_text.h"
 #include "curriculum/growth_schedule.h"
 #include "run_folder/progress.h"
@@ -197,11 +198,7 @@ StudySpec parse_study(const std::string& toml_text, const std::string& source) {
 }
 
 StudySpec load_study(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path + ": cannot read study file");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_study(text.str(), path);
+  return parse_study(read_file_text(path, "study file"), path);
 }
 
 StudyPlan expand_study(const StudySpec& spec, const std::vector<std::string>& extra_sets,

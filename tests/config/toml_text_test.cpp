@@ -22,7 +22,7 @@ TEST(TomlText, MalformedTextNamesFileLineAndColumn) {
   const std::string e = test::error_of([] { parse_toml("[a]\nx = = 1\n", "bad.toml"); });
   EXPECT_EQ(e.rfind("bad.toml:2:", 0), 0u) << e;
   EXPECT_NE(e.find("malformed TOML"), std::string::npos) << e;
-  EXPECT_NE(test::error_of([] { parse_toml_file("/nonexistent/x.toml", "study file"); }).find("/nonexistent/x.toml: cannot read study file"),
+  EXPECT_NE(test::error_of([] { parse_toml_file("/nonexistent/x.toml", "study file"); }).find("/nonexistent/x.toml: cannot open study file"),
             std::string::npos);
 }
 
