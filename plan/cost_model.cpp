@@ -322,17 +322,7 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
   e.supply_over_demand = demand_time / supply_time;  // (tokens/s supplied) / (tokens/s demanded)
 
   // Memory: the largest stage and a student at full depth (plan/memory_model.h).
-  const int64_t n = micro_batch_tokens(in);
-  const double logit_bytes = logit_bytes_per_token(in.distill, in.teacher.vocab, n, in.header_bytes);
-  const double hop_bytes = static_cast<double>(in.teacher.hidden * float_dtype_bytes(in.activation_dtype));
-  for (int64_t p = 0; p < P; ++p) {
-    const bool last = p == P - 1;
-    const TeacherStageMemory t = teacher_stage_memory(in.teacher, layers[static_cast<size_t>(p)], p == 0,
-                                                      last && in.distill.logits != "hidden",  // no head to hold
-                                                      float_dtype_bytes(in.teacher_dtype), n,
-                                                      last ? logit_bytes : hop_bytes, in.max_in_flight);
-    e.teacher_stage_bytes = std::max(e.teacher_stage_bytes, t.total());
-  }
+  e.teacher_stage_bytes = largest_teacher_stage(in, P).total();
   const StudentMemory sm = student_memory(student_memory_input(in));
   e.student_bytes = sm.total();
   e.student_sharded_bytes = sm.sharded_total(S);

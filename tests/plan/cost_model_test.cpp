@@ -9,6 +9,7 @@
 #include "config/input_error.h"
 #include "model/hf_config.h"
 #include "plan/cost_model.h"
+#include "plan/memory_model.h"
 #include "tests/test_paths.h"
 
 namespace deepen {
@@ -136,6 +137,17 @@ TEST(CostModel, FixedGlobalBatchSplitsTheStepAmongStudents) {
   EXPECT_NEAR(three.student_tokens_per_s[0], 3 * 128 / step, 1e-6);
   in.global_batch = 2;  // one student, one micro-batch of 2 sequences x 8 tokens: OneLayoutWorkedByHand's step
   EXPECT_NEAR(estimate_layout(in, tiny_cluster(), 1, 2, 1).student_tokens_per_s[0], 16 / 0.148992, 1e-6);
+}
+
+// The stage's in-flight buffers hold what it sends: with the hidden channel, 8 fp32 hidden values
+// + the header share per token (8·4 + 64/16 = 36 B), and the last stage keeps no head.
+TEST(CostModel, HiddenChannelTeacherMemoryHoldsHiddenStatesInFlight) {
+  PlanInput in = tiny_input();
+  in.distill.logits = "hidden";
+  const LayoutEstimate e = estimate_layout(in, tiny_cluster(), 1, 1, 1);
+  const TeacherStageMemory want = teacher_stage_memory(in.teacher, 4, true, false, float_dtype_bytes(in.teacher_dtype),
+                                                       16, 8 * 4 + 64.0 / 16, in.max_in_flight);
+  EXPECT_DOUBLE_EQ(e.teacher_stage_bytes, want.total());
 }
 
 TEST(CostModel, CurriculumMeanIsTokenWeightedHarmonic) {
