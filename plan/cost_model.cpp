@@ -28,11 +28,18 @@ std::string lower(std::string s) {
   return s;
 }
 
-// Layers per stage: the pipeline's own split (model/layer_split.h), so the plan costs the stages the
-// job will run.
-std::vector<int64_t> stage_layers(int64_t layers, int64_t stages) {
+// Layers per stage: the split a distributed run makes (model/layer_split.h, as launch/distributed_job
+// calls it: the last stage's head counted, none with the hidden channel), so the plan costs the
+// stages the job will run.
+std::vector<int64_t> stage_layers(const PlanInput& in, int64_t stages) {
+  const ModelShape& t = in.teacher;
+  const double head_layers =
+      in.distill.logits == "hidden"
+          ? 0.0
+          : lm_head_layer_equivalents(t.vocab, t.hidden, t.heads, t.kv_heads, t.head_dim, t.intermediate);
   std::vector<int64_t> out;
-  for (const auto& [first, last] : split_layers(static_cast<int>(layers), static_cast<int>(stages)))
+  for (const auto& [first, last] :
+       split_layers_with_head(static_cast<int>(t.layers), static_cast<int>(stages), head_layers))
     out.push_back(last - first);
   return out;
 }
@@ -66,7 +73,7 @@ std::string gib(double bytes) { return fmt("%.1f", bytes / (1024.0 * 1024.0 * 10
 
 // The largest teacher stage of a P-stage pipeline for the plan's micro-batch.
 TeacherStageMemory largest_teacher_stage(const PlanInput& in, int64_t P, int64_t* layers_of_largest = nullptr) {
-  const std::vector<int64_t> layers = stage_layers(in.teacher.layers, P);
+  const std::vector<int64_t> layers = stage_layers(in, P);
   const int64_t n = micro_batch_tokens(in);
   TeacherStageMemory worst;
   for (int64_t p = 0; p < P; ++p) {
@@ -239,7 +246,7 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
       logit_bytes_per_token(in.distill, in.teacher.vocab, tokens_per_mb, in.header_bytes, in.teacher.hidden);
   const bool teacher_head = in.distill.logits != "hidden";  // the hidden channel's last stage has none
   const double head_on_students = student_teacher_head_flops_per_token(in.distill, in.teacher);
-  const auto layers = stage_layers(in.teacher.layers, P);
+  const auto layers = stage_layers(in, P);
   const double act_bytes = static_cast<double>(in.teacher.hidden) * float_dtype_bytes(in.activation_dtype);
   const int64_t per_pipe = S / T;
   double slowest = 0;

@@ -150,6 +150,22 @@ TEST(CostModel, HiddenChannelTeacherMemoryHoldsHiddenStatesInFlight) {
   EXPECT_DOUBLE_EQ(e.teacher_stage_bytes, want.total());
 }
 
+// The plan costs the split a distributed run makes (model/layer_split.h): Qwen3-8B on 4 stages is
+// 10/10/10/6 with the head counted (3.23 layers), so a 10-layer stage is the slowest; with the
+// hidden channel the last stage has no head and the split is 9/9/9/9.
+TEST(CostModel, TeacherStagesAreSplitAsTheRunSplitsThem) {
+  PlanInput in = tiny_input();
+  in.teacher = *known_qwen3_shape("qwen3-8b");
+  in.seq_len = 4096;
+  const ClusterSpec c = cluster_preset("h200");
+  const double rate = c.flops * c.teacher_mfu;
+  EXPECT_NEAR(estimate_layout(in, c, 1, 4, 4).teacher_stage_s_per_token,
+              forward_flops_per_token(in.teacher, 10, in.seq_len, false) / rate, 1e-15);
+  in.distill.logits = "hidden";
+  EXPECT_NEAR(estimate_layout(in, c, 1, 4, 4).teacher_stage_s_per_token,
+              forward_flops_per_token(in.teacher, 9, in.seq_len, false) / rate, 1e-15);
+}
+
 TEST(CostModel, CurriculumMeanIsTokenWeightedHarmonic) {
   PlanInput in = tiny_input();
   in.stage_depths = {1, 2};
