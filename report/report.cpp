@@ -64,18 +64,6 @@ int kind_rank(const std::string& kind) {
   return it == order.end() ? static_cast<int>(order.size()) + (kind == "pretrain") : static_cast<int>(it - order.begin());
 }
 
-// What makes two runs the same experiment: everything but the run section (name, folder, seed,
-// threads), where the matched budget came from, checkpoint settings and how the run executed
-// (without_execution_settings: control, CPU kernels, recomputation) and on which rank layout, at the
-// same global batch (without_layout): a layout sweep is one experiment.
-uint64_t experiment_signature(const Config& cfg) {
-  Config c = without_layout(without_execution_settings(cfg));
-  c.run = RunConfig{};
-  if (!c.curriculum.budget.empty()) c.curriculum.budget = "active_layer_tokens:matched";
-  c.checkpoint = CheckpointConfig{};
-  return config_hash(c);
-}
-
 const RoleSummary* find_role(const Report& r, const std::string& role) {
   for (const auto& s : r.roles)
     if (s.role == role) return &s;
@@ -85,6 +73,14 @@ const RoleSummary* find_role(const Report& r, const std::string& role) {
 double final_ce(const RunData& r) { return r.evals.back().val_ce; }
 
 }  // namespace
+
+uint64_t experiment_signature(const Config& cfg) {
+  Config c = without_layout(without_execution_settings(cfg));
+  c.run = RunConfig{};
+  if (!c.curriculum.budget.empty()) c.curriculum.budget = "active_layer_tokens:matched";
+  c.checkpoint = CheckpointConfig{};
+  return config_hash(c);
+}
 
 std::vector<int64_t> RunData::growth_steps() const {
   std::vector<int64_t> out;

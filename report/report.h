@@ -113,6 +113,12 @@ DiagnosticPoint parse_diagnostic(const std::string& json_line_or_object);
 //   run_kind(joint, 9 layers, full 9) = "joint"    run_kind(joint, 1 layer, full 9) = "single-block"
 std::string run_kind(const Config& cfg, const std::string& teacher, int64_t full_depth);
 
+// What makes two runs the same experiment (a hash): everything but the run section (name, folder,
+// seed, threads), where a matched budget came from, checkpoint settings, how the run executed
+// (config/without_execution_settings) and on which rank layout at the same global batch
+// (config/without_layout): a layout sweep is one experiment.
+uint64_t experiment_signature(const Config& cfg);
+
 // One colour per kind, the same in every plot (val_ce and the paper's figures).
 std::string kind_color(const std::string& kind);
 

@@ -25,13 +25,7 @@ constexpr int64_t kWarmupSteps = 2;
 constexpr double kCpuP2pBytesPerS = 5e9;
 
 // Same experiment and seed, whatever the layout.
-std::pair<uint64_t, int64_t> sweep_key(const Config& cfg) {
-  Config c = without_layout(without_execution_settings(cfg));
-  const int64_t seed = c.run.seed;
-  c.run = RunConfig{};
-  c.checkpoint = CheckpointConfig{};
-  return {config_hash(c), seed};
-}
+std::pair<uint64_t, int64_t> sweep_key(const Config& cfg) { return {experiment_signature(cfg), cfg.run.seed}; }
 
 // A run moved logits over a channel unless it ran as one process (then "channel_bytes" is 0).
 bool ran_as_one_process(const std::string& dir) {
