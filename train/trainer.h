@@ -28,9 +28,10 @@
 
 namespace deepen {
 
-// The config hash a checkpoint must match. [control], run.threads and run.device are left out: they
-// change how a job is watched, scheduled and placed, not what it computes (a GPU rounds differently,
-// nothing more), so a requeued job may change them.
+// The config hash a checkpoint must match: the config without its execution settings
+// (config/without_execution_settings: control, threads, device, CPU kernels, recomputation, TF32)
+// and without its rank layout at the same global batch (config/without_layout), so a requeued job
+// may change how and on how many ranks it runs, not what it trains.
 uint64_t resume_hash(const Config& cfg);
 
 class Trainer {
