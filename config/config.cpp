@@ -385,6 +385,11 @@ void validate_config(const Config& cfg) {
     c.fail("parallel.students", "must be a multiple of parallel.teacher_pipelines = " +
                                     std::to_string(p.teacher_pipelines) + ", got " + std::to_string(p.students));
   c.one_of("parallel.backend", p.backend, {"auto", "mpi", "nccl"});
+  if (p.sharding == "full")
+    c.fail("parallel.sharding", "\"full\" (parameters sharded too, FSDP's FULL_SHARD) is not built: parameters stay "
+                                "replicated; use \"grad_op\" to shard gradients and optimizer state");
+  c.one_of("parallel.sharding", p.sharding, {"none", "grad_op"});
+  c.positive("parallel.bucket_cap_mb", p.bucket_cap_mb);
 
   c.at_least("eval.every", cfg.eval.every, 1);
   c.at_least("eval.batches", cfg.eval.batches, 1);
@@ -474,6 +479,10 @@ Config without_layout(const Config& cfg) {
   p.grad_accum = defaults.grad_accum;
   p.backend = defaults.backend;
   p.max_in_flight = defaults.max_in_flight;
+  // How the students share the optimizer state and reduce gradients changes sums' order, not what is
+  // trained; a sharded checkpoint resumes replicated and the other way round (train/optimizer_state_files.h).
+  p.sharding = defaults.sharding;
+  p.bucket_cap_mb = defaults.bucket_cap_mb;
   return c;
 }
 

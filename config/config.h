@@ -187,11 +187,16 @@ struct ParallelConfig {
   std::string backend = "auto";    // "auto" | "mpi" | "nccl"
   FloatDtype activation_dtype = FloatDtype::kFp32;  // between teacher stages: "fp32" | "bf16"
   int64_t max_in_flight = 4;       // micro-batches buffered per pipeline hop (back-pressure)
+  // The students' data parallelism: "none" (each student holds the whole AdamW state; gradients
+  // all-reduced) | "grad_op" (FSDP's SHARD_GRAD_OP, ZeRO stage 2: gradients reduce-scattered, the
+  // AdamW moments sharded over the students, updated parameters all-gathered; train/sharded_adamw.h).
+  std::string sharding = "none";
+  double bucket_cap_mb = 32;       // gradient bucket of the students' reduction (DDP's bucket_cap_mb)
   template <class V> void visit(V& v) {
     v("teacher_pipelines", teacher_pipelines); v("teacher_stages", teacher_stages);
     v("students", students); v("micro_batch", micro_batch); v("grad_accum", grad_accum);
     v("global_batch", global_batch); v("backend", backend); v("activation_dtype", activation_dtype);
-    v("max_in_flight", max_in_flight);
+    v("max_in_flight", max_in_flight); v("sharding", sharding); v("bucket_cap_mb", bucket_cap_mb);
   }
 };
 

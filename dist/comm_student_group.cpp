@@ -54,6 +54,31 @@ void CommStudentGroup::broadcast_from_first(const std::vector<at::Tensor>& tenso
   bucketed(tensors, [&](at::Tensor& b) { comm_.broadcast(b, 0); });
 }
 
+// On the communicator's device: a CUDA student over MPI stages through host memory.
+void CommStudentGroup::reduce_scatter_avg(const at::Tensor& full, const at::Tensor& shard) {
+  if (comm_.size() == 1) {
+    shard.copy_(full);
+    return;
+  }
+  const at::Tensor in = full.to(comm_.device()).contiguous();
+  const bool direct = shard.device() == comm_.device() && shard.is_contiguous();
+  const at::Tensor out = direct ? shard : at::empty(shard.sizes(), shard.options().device(comm_.device()));
+  comm_.reduce_scatter_avg(in, out);
+  if (!direct) shard.copy_(out);
+}
+
+void CommStudentGroup::all_gather(const at::Tensor& shard, const at::Tensor& full) {
+  if (comm_.size() == 1) {
+    full.copy_(shard);
+    return;
+  }
+  const at::Tensor in = shard.to(comm_.device()).contiguous();
+  const bool direct = full.device() == comm_.device() && full.is_contiguous();
+  const at::Tensor out = direct ? full : at::empty(full.sizes(), full.options().device(comm_.device()));
+  comm_.all_gather_into(in, out);
+  if (!direct) full.copy_(out);
+}
+
 std::vector<double> CommStudentGroup::sum(const std::vector<double>& values) {
   at::Tensor t = at::tensor(values, at::kDouble).to(comm_.device());  // NCCL reduces device memory only
   if (comm_.size() > 1) comm_.all_reduce_sum(t);

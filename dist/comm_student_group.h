@@ -1,5 +1,5 @@
-// CommStudentGroup: the data-parallel students' agreement (bucketed gradient mean, broadcasts,
-// checksums) over the all-students communicator.
+// CommStudentGroup: the data-parallel students' agreement (bucketed gradient mean, sharded
+// reduce-scatter and all-gather, broadcasts, checksums) over the all-students communicator.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +21,8 @@ class CommStudentGroup : public StudentGroup {
   int64_t size() const override;
   void average(const std::vector<at::Tensor>& tensors) override;
   void broadcast_from_first(const std::vector<at::Tensor>& tensors) override;
+  void reduce_scatter_avg(const at::Tensor& full, const at::Tensor& shard) override;
+  void all_gather(const at::Tensor& shard, const at::Tensor& full) override;
   std::vector<double> sum(const std::vector<double>& values) override;
   void check_same(uint64_t checksum, const std::string& what, int64_t step) override;
 

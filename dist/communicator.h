@@ -84,6 +84,22 @@ class Communicator {
   virtual void all_reduce_sum(const at::Tensor& tensor) = 0;
   // Sum / size(); floating dtypes only.
   virtual void all_reduce_avg(const at::Tensor& tensor) = 0;
+  // Sharded data parallelism (one flat bucket split into size() equal chunks, chunk r owned by
+  // rank r). reduce_scatter_avg: `output` (n elements) becomes the mean over ranks of
+  // input[rank()·n, (rank()+1)·n), input holding size()·n elements of output's floating dtype
+  // (bf16/fp16 are summed in fp32 and rounded once). all_gather_into: output[r·n, (r+1)·n) becomes
+  // rank r's `input` (n elements), bytes moved, bit-exact for every dtype.
+  // The i-forms return at once; the result may be read after wait() (NCCL: stream-ordered, as for
+  // point-to-point). They let a trainer launch a bucket's reduction while the backward pass still
+  // computes the next one. Every rank posts the same collectives in the same order.
+  virtual std::unique_ptr<Request> ireduce_scatter_avg(const at::Tensor& input, const at::Tensor& output) = 0;
+  virtual std::unique_ptr<Request> iall_gather_into(const at::Tensor& input, const at::Tensor& output) = 0;
+  // all_reduce_avg, posted: the mean is in `tensor` after wait().
+  virtual std::unique_ptr<Request> iall_reduce_avg(const at::Tensor& tensor) = 0;
+  void reduce_scatter_avg(const at::Tensor& input, const at::Tensor& output) {
+    ireduce_scatter_avg(input, output)->wait();
+  }
+  void all_gather_into(const at::Tensor& input, const at::Tensor& output) { iall_gather_into(input, output)->wait(); }
   // One value per rank, indexed by rank (checksum agreement, step agreement).
   virtual std::vector<int64_t> all_gather(int64_t value) = 0;
   virtual std::vector<uint64_t> all_gather(uint64_t value) = 0;

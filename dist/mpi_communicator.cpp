@@ -188,6 +188,11 @@ bool MpiCommunicator::test(Op& op) {
                       std::to_string(op.expected_bytes[i]) + " (the ranks disagree on the shape)");
   }
   op.keep.clear();
+  if (op.finish) {
+    auto finish = std::move(op.finish);
+    op.finish = nullptr;
+    finish();
+  }
   return true;
 }
 
@@ -277,16 +282,8 @@ void MpiCommunicator::broadcast(const at::Tensor& tensor, int root) {
   wait(op);
 }
 
-void MpiCommunicator::reduce_in_place(const at::Tensor& tensor, const std::string& what) {
-  check_cpu_tensor(tensor, "all_reduce");
-  MPI_Datatype type = reduce_type(tensor.scalar_type());
-  const bool staged = type == MPI_DATATYPE_NULL;
-  if (staged && !at::isFloatingType(tensor.scalar_type()))
-    throw std::invalid_argument("MpiCommunicator::all_reduce: unsupported dtype " +
-                                std::string(c10::toString(tensor.scalar_type())));
-  // bf16/fp16: sum in fp32 and round once at the end (same result on every rank).
-  const at::Tensor work = staged ? tensor.to(at::kFloat) : tensor;
-  if (staged) type = MPI_FLOAT;
+MpiCommunicator::Op MpiCommunicator::post_reduce(const at::Tensor& work, const std::string& what) {
+  const MPI_Datatype type = reduce_type(work.scalar_type());
   Op op;
   op.what = what + " (" + std::to_string(work.numel()) + " elements)";
   check_open(op.what);
@@ -301,25 +298,119 @@ void MpiCommunicator::reduce_in_place(const at::Tensor& tensor, const std::strin
     op.expected_bytes.push_back(-1);
   }
   op.keep.push_back(work);
+  return op;
+}
+
+void MpiCommunicator::reduce_in_place(const at::Tensor& tensor, const std::string& what) {
+  check_cpu_tensor(tensor, "all_reduce");
+  const bool staged = reduce_type(tensor.scalar_type()) == MPI_DATATYPE_NULL;
+  if (staged && !at::isFloatingType(tensor.scalar_type()))
+    throw std::invalid_argument("MpiCommunicator::all_reduce: unsupported dtype " +
+                                std::string(c10::toString(tensor.scalar_type())));
+  // bf16/fp16: sum in fp32 and round once at the end (same result on every rank).
+  const at::Tensor work = staged ? tensor.to(at::kFloat) : tensor;
+  Op op = post_reduce(work, what);
   wait(op);
   if (staged) tensor.copy_(work);
 }
 
 void MpiCommunicator::all_reduce_sum(const at::Tensor& tensor) { reduce_in_place(tensor, "all_reduce_sum"); }
 
-void MpiCommunicator::all_reduce_avg(const at::Tensor& tensor) {
+void MpiCommunicator::all_reduce_avg(const at::Tensor& tensor) { iall_reduce_avg(tensor)->wait(); }
+
+std::unique_ptr<Request> MpiCommunicator::iall_reduce_avg(const at::Tensor& tensor) {
+  check_cpu_tensor(tensor, "all_reduce_avg");
   if (!at::isFloatingType(tensor.scalar_type()))
     throw std::invalid_argument("MpiCommunicator::all_reduce_avg: needs a floating dtype");
-  if (tensor.scalar_type() == at::kFloat || tensor.scalar_type() == at::kDouble) {
-    reduce_in_place(tensor, "all_reduce_avg");
-    tensor.div_(size_);
-    return;
+  // bf16/fp16: sum in fp32 and divide before rounding, so the average is rounded once.
+  const bool staged = reduce_type(tensor.scalar_type()) == MPI_DATATYPE_NULL;
+  const at::Tensor work = staged ? tensor.to(at::kFloat) : tensor;
+  Op op = post_reduce(work, "all_reduce_avg");
+  const int size = size_;
+  op.finish = [tensor, work, staged, size] {
+    work.div_(size);
+    if (staged) tensor.copy_(work);
+  };
+  return std::make_unique<MpiRequest>(this, std::move(op));
+}
+
+// One MPI_Ireduce_scatter_block when a rank's chunk fits in one message; otherwise piece by piece,
+// each piece packing the same slice of every rank's chunk together (the layout the call expects).
+std::unique_ptr<Request> MpiCommunicator::ireduce_scatter_avg(const at::Tensor& input, const at::Tensor& output) {
+  check_cpu_tensor(input, "reduce_scatter_avg");
+  check_cpu_tensor(output, "reduce_scatter_avg");
+  if (!at::isFloatingType(output.scalar_type()) || input.scalar_type() != output.scalar_type())
+    throw std::invalid_argument("MpiCommunicator::reduce_scatter_avg: needs input and output of one floating dtype");
+  const int64_t n = output.numel();
+  if (input.numel() != n * size_)
+    throw std::invalid_argument("MpiCommunicator::reduce_scatter_avg: input has " + std::to_string(input.numel()) +
+                                " elements, expected " + std::to_string(size_) + " x " + std::to_string(n));
+  const bool staged = reduce_type(output.scalar_type()) == MPI_DATATYPE_NULL;
+  const at::Tensor in = staged ? input.to(at::kFloat) : input;
+  const at::Tensor out = staged ? at::empty({n}, at::kFloat) : output.view({n});
+  const MPI_Datatype type = reduce_type(in.scalar_type());
+  Op op;
+  op.what = "reduce_scatter_avg (" + std::to_string(n) + " elements per rank)";
+  check_open(op.what);
+  const int64_t elem = in.element_size();
+  const int64_t max_elems = std::max<int64_t>(1, max_message_bytes_ / elem);
+  const at::Tensor chunks = in.view({size_, n});
+  for (auto [off, len] : pieces(n, max_elems)) {
+    const at::Tensor send = len == n ? in : chunks.narrow(1, off, len).contiguous();
+    MPI_Request r;
+    check_mpi(MPI_Ireduce_scatter_block(send.data_ptr(), static_cast<char*>(out.data_ptr()) + off * elem,
+                                        static_cast<int>(len), type, MPI_SUM, comm_, &r),
+              "MPI_Ireduce_scatter_block");
+    op.requests.push_back(r);
+    op.expected_bytes.push_back(-1);
+    op.keep.push_back(send);
   }
-  // bf16/fp16: divide before rounding, so the average is rounded once.
-  check_cpu_tensor(tensor, "all_reduce_avg");
-  at::Tensor work = tensor.to(at::kFloat);
-  reduce_in_place(work, "all_reduce_avg");
-  tensor.copy_(work.div_(size_));
+  op.keep.push_back(out);
+  const int size = size_;
+  op.finish = [output, out, staged, size] {
+    out.div_(size);
+    if (staged) output.view({-1}).copy_(out);
+  };
+  return std::make_unique<MpiRequest>(this, std::move(op));
+}
+
+// Bytes, so every dtype is gathered exactly. A rank's input larger than one message goes piece by
+// piece into a packed buffer per piece, unpacked into `output` when all have arrived.
+std::unique_ptr<Request> MpiCommunicator::iall_gather_into(const at::Tensor& input, const at::Tensor& output) {
+  check_cpu_tensor(input, "all_gather_into");
+  check_cpu_tensor(output, "all_gather_into");
+  if (input.scalar_type() != output.scalar_type() || output.numel() != input.numel() * size_)
+    throw std::invalid_argument("MpiCommunicator::all_gather_into: output must hold " + std::to_string(size_) +
+                                " x " + std::to_string(input.numel()) + " elements of the input's dtype");
+  const int64_t bytes = static_cast<int64_t>(input.nbytes());
+  Op op;
+  op.what = "all_gather_into (" + std::to_string(bytes) + " bytes per rank)";
+  check_open(op.what);
+  const auto ranges = pieces(bytes, max_message_bytes_);
+  std::vector<at::Tensor> packed;
+  for (auto [off, len] : ranges) {
+    const bool whole = len == bytes;
+    at::Tensor recv = whole ? output : at::empty({size_ * len}, at::kByte);
+    MPI_Request r;
+    check_mpi(MPI_Iallgather(static_cast<const char*>(input.data_ptr()) + off, static_cast<int>(len), MPI_BYTE,
+                             recv.data_ptr(), static_cast<int>(len), MPI_BYTE, comm_, &r),
+              "MPI_Iallgather");
+    op.requests.push_back(r);
+    op.expected_bytes.push_back(-1);
+    op.keep.push_back(recv);
+    if (!whole) packed.push_back(recv);
+  }
+  op.keep.push_back(input);
+  op.keep.push_back(output);
+  if (!packed.empty()) {
+    const int size = size_;
+    op.finish = [output, packed, ranges, size, bytes] {
+      const at::Tensor dst = output.view(at::kByte).view({size, bytes});
+      for (size_t i = 0; i < ranges.size(); ++i)
+        dst.narrow(1, ranges[i].first, ranges[i].second).copy_(packed[i].view({size, ranges[i].second}));
+    };
+  }
+  return std::make_unique<MpiRequest>(this, std::move(op));
 }
 
 std::vector<int64_t> MpiCommunicator::all_gather(int64_t value) {

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +42,9 @@ class MpiCommunicator final : public Communicator {
   void broadcast(const at::Tensor& tensor, int root) override;
   void all_reduce_sum(const at::Tensor& tensor) override;
   void all_reduce_avg(const at::Tensor& tensor) override;
+  std::unique_ptr<Request> ireduce_scatter_avg(const at::Tensor& input, const at::Tensor& output) override;
+  std::unique_ptr<Request> iall_gather_into(const at::Tensor& input, const at::Tensor& output) override;
+  std::unique_ptr<Request> iall_reduce_avg(const at::Tensor& tensor) override;
   std::vector<int64_t> all_gather(int64_t value) override;
   std::vector<uint64_t> all_gather(uint64_t value) override;
   void barrier() override;
@@ -64,6 +68,8 @@ class MpiCommunicator final : public Communicator {
     std::vector<int64_t> expected_bytes;  // per request: bytes a receive expects; -1 otherwise
     std::vector<at::Tensor> keep;
     std::string what;  // for errors: "recv from rank 2 tag 7 (4096 bytes)"
+    // Runs once when every request has completed (a mean's division, unpacking pieces).
+    std::function<void()> finish;
   };
   void post_send(Op& op, const at::Tensor& tensor, int dst, int tag);
   void post_recv(Op& op, const at::Tensor& out, int src, int tag);
@@ -76,6 +82,8 @@ class MpiCommunicator final : public Communicator {
   void check_open(const std::string& what);
   // Sum over ranks in place (bf16/fp16 through an fp32 copy).
   void reduce_in_place(const at::Tensor& tensor, const std::string& what);
+  // Posts that sum (fp32/fp64/integer `work`) without waiting.
+  Op post_reduce(const at::Tensor& work, const std::string& what);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;

@@ -239,6 +239,43 @@ class NcclCommunicator final : public Communicator {
     all_reduce(tensor, ncclAvg, "all_reduce_avg");
   }
 
+  std::unique_ptr<Request> ireduce_scatter_avg(const at::Tensor& input, const at::Tensor& output) override {
+    check_tensor(input, "reduce_scatter_avg");
+    check_tensor(output, "reduce_scatter_avg");
+    if (!at::isFloatingType(output.scalar_type()) || input.scalar_type() != output.scalar_type() ||
+        input.numel() != output.numel() * size())
+      throw std::invalid_argument("NcclCommunicator::reduce_scatter_avg: needs input of size() x output's elements, "
+                                  "one floating dtype");
+    const ncclDataType_t type = nccl_type(output.scalar_type());
+    auto done = enqueue({input, output}, "reduce_scatter_avg", [&](cudaStream_t s) {
+      complete(ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), type, ncclAvg, comm_, s),
+               "ncclReduceScatter");
+    });
+    return std::make_unique<NcclRequest>(this, std::move(done), "reduce_scatter_avg");
+  }
+  std::unique_ptr<Request> iall_gather_into(const at::Tensor& input, const at::Tensor& output) override {
+    check_tensor(input, "all_gather_into");
+    check_tensor(output, "all_gather_into");
+    if (input.scalar_type() != output.scalar_type() || output.numel() != input.numel() * size())
+      throw std::invalid_argument("NcclCommunicator::all_gather_into: output must hold size() x input's elements");
+    auto done = enqueue({input, output}, "all_gather_into", [&](cudaStream_t s) {
+      complete(ncclAllGather(input.data_ptr(), output.data_ptr(), input.nbytes(), ncclUint8, comm_, s),
+               "ncclAllGather");
+    });
+    return std::make_unique<NcclRequest>(this, std::move(done), "all_gather_into");
+  }
+  std::unique_ptr<Request> iall_reduce_avg(const at::Tensor& tensor) override {
+    check_tensor(tensor, "all_reduce_avg");
+    if (!at::isFloatingType(tensor.scalar_type()))
+      throw std::invalid_argument("NcclCommunicator::all_reduce_avg: needs a floating dtype");
+    const ncclDataType_t type = nccl_type(tensor.scalar_type());
+    auto done = enqueue({tensor}, "all_reduce_avg", [&](cudaStream_t s) {
+      complete(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), type, ncclAvg, comm_, s),
+               "ncclAllReduce");
+    });
+    return std::make_unique<NcclRequest>(this, std::move(done), "all_reduce_avg");
+  }
+
   std::vector<int64_t> all_gather(int64_t value) override { return mpi_->all_gather(value); }
   std::vector<uint64_t> all_gather(uint64_t value) override { return mpi_->all_gather(value); }
   void barrier() override { mpi_->barrier(); }

@@ -1,6 +1,7 @@
 // Paths inside a run folder.
 #include "run_folder/run_folder.h"
 
+#include <cstdio>
 #include <filesystem>
 
 namespace deepen {
@@ -18,6 +19,12 @@ std::string RunFolder::step_time_jsonl(int world_rank) const {
 
 std::string RunFolder::checkpoint_student(const std::string& d) { return (fs::path(d) / "student.safetensors").string(); }
 std::string RunFolder::checkpoint_optimizer(const std::string& d) { return (fs::path(d) / "optimizer.safetensors").string(); }
+std::string RunFolder::checkpoint_optimizer_shard(const std::string& d, int64_t rank, int64_t ranks) {
+  char name[64];
+  std::snprintf(name, sizeof name, "optimizer.shard-%05lld-of-%05lld.safetensors", static_cast<long long>(rank),
+                static_cast<long long>(ranks));
+  return (fs::path(d) / name).string();
+}
 std::string RunFolder::checkpoint_progress(const std::string& d) { return (fs::path(d) / "progress.json").string(); }
 
 }  // namespace deepen

@@ -1,6 +1,7 @@
 // RunFolder: the file names of a run folder (run.out_dir), the only code that knows them.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace deepen {
@@ -47,6 +48,9 @@ class RunFolder {
   // temporary twin while it is written).
   static std::string checkpoint_student(const std::string& checkpoint_dir);
   static std::string checkpoint_optimizer(const std::string& checkpoint_dir);
+  // Student `rank`'s optimizer shard of a sharded run (parallel.sharding = "grad_op"):
+  // optimizer.shard-00001-of-00004.safetensors.
+  static std::string checkpoint_optimizer_shard(const std::string& checkpoint_dir, int64_t rank, int64_t ranks);
   static std::string checkpoint_progress(const std::string& checkpoint_dir);
 
   // Folder names that are never run folders themselves (the report does not descend into them).

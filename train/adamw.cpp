@@ -33,19 +33,24 @@ std::vector<std::string> AdamW::names() const {
   return out;
 }
 
+void adamw_update(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
+                  const at::Tensor& exp_avg_sq, int64_t step, double lr, bool decay, const AdamWOptions& o) {
+  if (o.weight_decay > 0 && decay) param.mul_(1.0 - lr * o.weight_decay);
+  exp_avg.mul_(o.beta1).add_(grad, 1.0 - o.beta1);
+  exp_avg_sq.mul_(o.beta2).addcmul_(grad, grad, 1.0 - o.beta2);
+  const double bc1 = 1.0 - std::pow(o.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(o.beta2, static_cast<double>(step));
+  const at::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(o.eps);
+  param.addcdiv_(exp_avg, denom, -lr / bc1);
+}
+
 void AdamW::step(double lr) {
   at::NoGradGuard no_grad;
   for (auto& [name, s] : params_) {
     const at::Tensor& grad = s.param.grad();
     if (!grad.defined() || !s.param.requires_grad()) continue;
     s.step += 1;
-    if (options_.weight_decay > 0 && s.param.dim() >= 2) s.param.mul_(1.0 - lr * options_.weight_decay);
-    s.exp_avg.mul_(options_.beta1).add_(grad, 1.0 - options_.beta1);
-    s.exp_avg_sq.mul_(options_.beta2).addcmul_(grad, grad, 1.0 - options_.beta2);
-    const double bc1 = 1.0 - std::pow(options_.beta1, static_cast<double>(s.step));
-    const double bc2 = 1.0 - std::pow(options_.beta2, static_cast<double>(s.step));
-    const at::Tensor denom = (s.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(options_.eps);
-    s.param.addcdiv_(s.exp_avg, denom, -lr / bc1);
+    adamw_update(s.param, grad, s.exp_avg, s.exp_avg_sq, s.step, lr, s.param.dim() >= 2, options_);
   }
 }
 

@@ -17,6 +17,12 @@ struct AdamWOptions {
   double eps = 1e-8;
 };
 
+// One AdamW update in place of `param` and its moments, with the parameter's own step count
+// (already incremented) and whether it decays: the arithmetic both optimizers share, on whole
+// parameters (AdamW) or on a rank's slices of them (ShardedAdamW, train/sharded_adamw.h).
+void adamw_update(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
+                  const at::Tensor& exp_avg_sq, int64_t step, double lr, bool decay, const AdamWOptions& options);
+
 // The update is torch.optim.AdamW's (decoupled decay, bias-corrected moments). Decay applies to
 // matrices only: norms' gains and 1-D parameters are not pulled toward zero, as in most LLM recipes.
 // Parameters are registered by name; a parameter registered later (a grown block) starts with

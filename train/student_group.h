@@ -20,6 +20,11 @@ class StudentGroup {
   virtual void average(const std::vector<at::Tensor>& tensors) = 0;
   // Copies student 0's values into every student's tensors (new blocks after growth).
   virtual void broadcast_from_first(const std::vector<at::Tensor>& tensors) = 0;
+  // Sharded data parallelism (train/sharded_adamw.h), on one flat bucket of size()·n elements:
+  // `shard` (n elements) becomes the students' mean of full[rank()·n, (rank()+1)·n);
+  // all_gather fills full[r·n, (r+1)·n) with student r's shard, bit for bit.
+  virtual void reduce_scatter_avg(const at::Tensor& full, const at::Tensor& shard) = 0;
+  virtual void all_gather(const at::Tensor& shard, const at::Tensor& full) = 0;
   // Sum of a few doubles over students (loss sums, token counts).
   virtual std::vector<double> sum(const std::vector<double>& values) = 0;
   // Throws std::runtime_error naming `what`, the step and the disagreeing ranks unless every
@@ -33,6 +38,8 @@ class SoloStudentGroup : public StudentGroup {
   int64_t size() const override { return 1; }
   void average(const std::vector<at::Tensor>&) override {}
   void broadcast_from_first(const std::vector<at::Tensor>&) override {}
+  void reduce_scatter_avg(const at::Tensor& full, const at::Tensor& shard) override { shard.copy_(full); }
+  void all_gather(const at::Tensor& shard, const at::Tensor& full) override { full.copy_(shard); }
   std::vector<double> sum(const std::vector<double>& values) override { return values; }
   void check_same(uint64_t, const std::string&, int64_t) override {}
 };

@@ -164,18 +164,26 @@ RunOutcome Trainer::run() {
 }
 
 void Trainer::register_parameters() {
-  if (!optimizer_) {
+  if (!optimizer_ && !sharded_) {
     AdamWOptions o;
     o.weight_decay = cfg_.optim.weight_decay;
     o.beta1 = cfg_.optim.betas[0];
     o.beta2 = cfg_.optim.betas[1];
     o.eps = cfg_.optim.eps;
-    optimizer_.emplace(o);
+    if (cfg_.parallel.sharding == "grad_op")
+      sharded_.emplace(o, group_, static_cast<int64_t>(cfg_.parallel.bucket_cap_mb * (1 << 20)));
+    else
+      optimizer_.emplace(o);
   }
   // Only trainable parameters hold state: a frozen one (the teacher's embedding, a frozen prefix)
   // has no gradient and no moments, and a parameter that froze drops its moments.
+  const auto trainable_params = student_->named_trainable_parameters();
+  if (sharded_) {
+    sharded_->set_parameters({trainable_params.begin(), trainable_params.end()});
+    return;
+  }
   std::vector<std::string> trainable;
-  for (const auto& [name, p] : student_->named_trainable_parameters()) {
+  for (const auto& [name, p] : trainable_params) {
     optimizer_->add(name, p);
     trainable.push_back(name);
   }
@@ -191,7 +199,8 @@ void Trainer::begin_phase(int64_t step, int stage) {
   if (!reset_each_phase()) return;
   // The paper's phase transition: fresh AdamW state (moments and step counts) for every trainable
   // parameter; the LR schedule restarts by itself (LrSchedule::restart_each_phase).
-  optimizer_->clear();
+  if (sharded_) sharded_->clear();
+  else optimizer_->clear();
   register_parameters();
   if (leader_ && run_.print_progress)
     std::cerr << "deepen: step " << step << ": phase " << stage << " starts with fresh optimizer state and LR warmup\n";
@@ -266,23 +275,34 @@ Trainer::StepLosses Trainer::train_step(int64_t step, const std::vector<BatchKey
       sums[3] += n;
     });
   }
-  std::vector<at::Tensor> grads;
-  for (const auto& [name, p] : student_->named_trainable_parameters()) {
-    if (p.grad().defined()) grads.push_back(p.grad());
-  }
-  timer_.time(StudentPart::kGradSync, [&] { group_.average(grads); });
-  timer_.time(StudentPart::kOptimizer, [&] {
-    out.grad_norm = clip_gradients(grads);
-    out.lr = lr_.at(step);  // recorded as the step's "lr": the value the update used
-    optimizer_->step(out.lr);
-    optimizer_->zero_grad();
-  });
+  out.lr = lr_.at(step);  // recorded as the step's "lr": the value the update used
+  out.grad_norm = reduce_and_update(out.lr);
   const std::vector<double> total =
       timer_.time(StudentPart::kGradSync, [&] { return group_.sum({sums[0], sums[1], sums[2], sums[3]}); });
   out.loss = total[0] / total[3];
   out.kl = total[1] / total[3];
   out.ce = total[2] / total[3];
   return out;
+}
+
+double Trainer::reduce_and_update(double lr) {
+  if (sharded_) {
+    const double norm = timer_.time(StudentPart::kGradSync, [&] { return sharded_->reduce_gradients(); });
+    timer_.time(StudentPart::kOptimizer, [&] { sharded_->update(lr, cfg_.optim.grad_clip, norm); });
+    timer_.time(StudentPart::kGradSync, [&] { sharded_->gather_parameters(); });
+    return norm;
+  }
+  std::vector<at::Tensor> grads;
+  for (const auto& [name, p] : student_->named_trainable_parameters()) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  timer_.time(StudentPart::kGradSync, [&] { group_.average(grads); });
+  return timer_.time(StudentPart::kOptimizer, [&] {
+    const double norm = clip_gradients(grads);
+    optimizer_->step(lr);
+    optimizer_->zero_grad();
+    return norm;
+  });
 }
 
 // Global L2 norm of the (already averaged) gradients; scaled down to grad_clip when above it.

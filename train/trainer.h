@@ -22,6 +22,7 @@
 #include "run_folder/run_records.h"
 #include "run_folder/step_time.h"
 #include "train/adamw.h"
+#include "train/sharded_adamw.h"
 #include "train/batch_order.h"
 #include "train/distill_loss.h"
 #include "train/student_trainer.h"
@@ -53,6 +54,9 @@ class Trainer {
   void apply_freeze(int stage);
   StepLosses train_step(int64_t step, const std::vector<BatchKey>& batches);
   double clip_gradients(const std::vector<at::Tensor>& grads);
+  // The step's gradient reduction and update: replicated (bucketed all-reduce, clip, AdamW) or
+  // sharded (reduce-scatter, clip, AdamW on this rank's slices, all-gather). Returns the norm.
+  double reduce_and_update(double lr);
   void print_progress(const StepReport& r) const;
 
   // trainer_eval.cpp: validation CE and KL over the eval batches this student owns.
@@ -72,6 +76,9 @@ class Trainer {
   // InputError naming the keys that differ when `found` was written with another config.
   void check_resumable(const CheckpointStore::Found& found) const;
   void restore(const CheckpointStore::Found& found);
+  // Sharded runs: every student writes its optimizer shard into a staging folder beside the
+  // checkpoints and the students agree that all were written; returns the folder.
+  std::string write_optimizer_shard(const CheckpointStore& store, int64_t step);
   void finish();
 
   StudentRun& run_;
@@ -85,7 +92,10 @@ class Trainer {
   BatchCounts batch_counts_;
   DistillLossOptions loss_options_, eval_options_;
   std::shared_ptr<GrowableStudent> student_;
+  // One of the two: the whole AdamW state on every student (parallel.sharding = "none"), or its
+  // 1/S shard ("grad_op").
   std::optional<AdamW> optimizer_;
+  std::optional<ShardedAdamW> sharded_;
   std::optional<RunRecords> records_;
   TrainProgress progress_;
   StepTimer timer_{student_time_parts()};  // every student rank times its steps

@@ -15,10 +15,12 @@
 #include "run_folder/run_folder.h"
 #include "run_folder/run_info.h"
 #include "train/student_group.h"
+#include "train/optimizer_state_files.h"
 #include "train/teacher_source.h"
 #include "train/trainer.h"
 
 namespace deepen {
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -83,16 +85,51 @@ void Trainer::start_run_folder(bool resuming) {
   if (!resuming) std::cout << "# resolved config (" << cfg_.source << ")\n" << resolved << std::flush;
 }
 
+std::string Trainer::write_optimizer_shard(const CheckpointStore& store, int64_t step) {
+  const std::string staging = (fs::path(store.root()) / (".shards-" + checkpoint_folder_name(step))).string();
+  std::string error;
+  try {
+    fs::create_directories(staging);
+    write_tensors(RunFolder::checkpoint_optimizer_shard(staging, group_.rank(), group_.size()), sharded_->shard_state());
+  } catch (const std::exception& e) {
+    error = "student " + std::to_string(group_.rank()) + ": optimizer shard in " + staging + ": " + e.what();
+  }
+  // Every student learns whether all shards were written: a checkpoint missing one is never made.
+  const double failed = group_.sum({error.empty() ? 0.0 : 1.0})[0];
+  if (failed > 0) {
+    if (leader_) fs::remove_all(staging);
+    throw std::runtime_error(error.empty() ? "checkpoint after step " + std::to_string(step) + ": " +
+                                                 std::to_string(static_cast<int64_t>(failed)) +
+                                                 " student(s) could not write their optimizer shard (see their errors)"
+                                           : error);
+  }
+  return staging;
+}
+
 void Trainer::checkpoint(CheckpointStore& store, bool final_step) {
   group_.check_same(student_->parameter_checksum(), "parameters at checkpoint", progress_.steps_done - 1);
+  const std::string staging = sharded_ ? write_optimizer_shard(store, progress_.steps_done - 1) : "";
   if (!leader_) return;
   progress_.depth = student_->depth();
   const TrainProgress progress = progress_;
-  const std::string dir = store.save(progress.steps_done - 1, resume_hash(cfg_), [&](const std::string& tmp) {
-    save_student(*student_, RunFolder::checkpoint_student(tmp));
-    write_tensors(RunFolder::checkpoint_optimizer(tmp), optimizer_->state_tensors());
-    write_train_progress(tmp, progress);
-  });
+  std::string dir;
+  try {
+    dir = store.save(progress.steps_done - 1, resume_hash(cfg_), [&](const std::string& tmp) {
+      save_student(*student_, RunFolder::checkpoint_student(tmp));
+      if (sharded_) {  // the students' shards join the checkpoint: it is whole or it is not made
+        for (int64_t r = 0; r < group_.size(); ++r)
+          fs::rename(RunFolder::checkpoint_optimizer_shard(staging, r, group_.size()),
+                     RunFolder::checkpoint_optimizer_shard(tmp, r, group_.size()));
+      } else {
+        write_tensors(RunFolder::checkpoint_optimizer(tmp), optimizer_->state_tensors());
+      }
+      write_train_progress(tmp, progress);
+    });
+  } catch (...) {
+    if (!staging.empty()) fs::remove_all(staging);
+    throw;
+  }
+  if (!staging.empty()) fs::remove_all(staging);
   write_active_layer_tokens(out_dir_, {progress.active_layer_tokens, progress.tokens, progress.steps_done, final_step});
   if (run_.print_progress) std::cerr << "deepen: checkpoint " << dir << "\n";
 }
@@ -105,10 +142,21 @@ void Trainer::restore(const CheckpointStore::Found& found) {
   // Freeze first: only the parameters that train at the saved step hold optimizer state.
   if (progress_.steps_done > 0) apply_freeze(schedule_.stage_of(progress_.steps_done - 1));
   register_parameters();
-  const SafetensorsFile opt = SafetensorsFile::open(RunFolder::checkpoint_optimizer(found.dir));
-  std::map<std::string, at::Tensor> state;
-  for (const auto& info : opt.tensors()) state[info.name] = file_tensor(opt, info);
-  optimizer_->load_state(state);  // copies the CPU file tensors into state on the parameters' device
+  // A sharded run on as many students reads only its own shard; any other pairing (another S,
+  // another bucket size, replicated <-> sharded) assembles the whole state and takes its part.
+  const int64_t shards = optimizer_shard_count(found.dir);
+  const bool own_shard =
+      sharded_ && shards == group_.size() &&
+      sharded_->load_shard_state(
+          read_tensor_file(RunFolder::checkpoint_optimizer_shard(found.dir, group_.rank(), group_.size())));
+  if (!own_shard) {
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const auto& [name, p] : student_->named_trainable_parameters()) shapes[name] = p.sizes().vec();
+    const auto state = read_whole_optimizer_state(found.dir, shapes);
+    // Copies the CPU file tensors into state on the parameters' device.
+    if (sharded_) sharded_->load_full_state(state);
+    else optimizer_->load_state(state);
+  }
   if (leader_ && run_.print_progress)
     std::cerr << "deepen: resuming from " << found.dir << " after " << progress_.steps_done << " steps (depth "
               << student_->depth() << ")\n";

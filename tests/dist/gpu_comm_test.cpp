@@ -47,6 +47,15 @@ class LoopbackChannel final : public Communicator {
   void broadcast(const at::Tensor& t, int) override { self_.broadcast(t, 0); }
   void all_reduce_sum(const at::Tensor& t) override { self_.all_reduce_sum(t); }
   void all_reduce_avg(const at::Tensor& t) override { self_.all_reduce_avg(t); }
+  std::unique_ptr<Request> ireduce_scatter_avg(const at::Tensor&, const at::Tensor&) override {
+    throw std::logic_error("LoopbackChannel::ireduce_scatter_avg");
+  }
+  std::unique_ptr<Request> iall_gather_into(const at::Tensor&, const at::Tensor&) override {
+    throw std::logic_error("LoopbackChannel::iall_gather_into");
+  }
+  std::unique_ptr<Request> iall_reduce_avg(const at::Tensor&) override {
+    throw std::logic_error("LoopbackChannel::iall_reduce_avg");
+  }
   std::vector<int64_t> all_gather(int64_t v) override { return {v, v}; }
   std::vector<uint64_t> all_gather(uint64_t v) override { return {v, v}; }
   void barrier() override { self_.barrier(); }

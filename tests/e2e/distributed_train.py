@@ -27,6 +27,11 @@ Cases:
   sweep            `deepen study` of one joint run on 6 layouts (1 to 7 ranks), then `deepen report`:
                    the scaling table (a row per layout, each with the model's prediction and its
                    error), scaling.csv and the figure
+  sharded-2        parallel.sharding = "grad_op" (gradients reduce-scattered, AdamW moments sharded,
+  sharded-3        parameters all-gathered) on S = 2, 3, 4 students, stopped after step 5 and resumed,
+  sharded-4        == the replicated run on the same layout, through two growth events (moments kept and
+                   re-sharded on S = 3, phase resets on S = 2, 4), clipping on; the checkpoint holds one
+                   optimizer shard per student. sharded-4 also resumes its S = 4 checkpoint on S = 2.
   gpu-asked        a 2-rank job asking for CUDA and NCCL where they cannot be had fails at start
                    with exit 2 naming the key, nothing trained: no silent CPU or MPI run
 """
@@ -416,6 +421,48 @@ class Cases:
             print(f"  {r[1]:>12}: {r[5]} devices, measured {float(r[6]):9.0f} tok/s, predicted {float(r[9]):9.0f}, "
                   f"error {100 * float(r[10]):+.1f}%")
 
+    def sharded(self, students):
+        # Global batch 12 in micro-batches of 1: accum 6, 4, 3 on 2, 3, 4 students. Tiny buckets
+        # (1 KiB = 256 floats), so the student's parameters spread over many buckets and most are
+        # split between students. Clipping exercises the global norm. Sums over students in another order than the all-reduce: 1e-5, as the
+        # layout cases.
+        # S = 3 keeps the moments across growth: the sharded optimizer
+        # re-shards them onto the new layout (phase_policy = keep); S = 2 and 4 reset them at each phase.
+        base = self.global_base()
+        policy = "keep" if students == 3 else "reset"
+        sets = ["parallel.global_batch=12", "parallel.micro_batch=1", f"parallel.students={students}",
+                f"curriculum.phase_policy={policy}", "optim.grad_clip=0.5", "parallel.bucket_cap_mb=0.0009765625"]
+        ranks = 1 + students
+        replicated = os.path.join(self.work, f"replicated-s{students}")
+        sharded = os.path.join(self.work, f"sharded-s{students}")
+        self.train(replicated, sets, ranks=ranks, base=base)
+        shard_sets = sets + ['parallel.sharding="grad_op"']
+        p = self.train(sharded, shard_sets, ranks=ranks, check=False, extra=["--stop-after", "5"], base=base)
+        assert p.returncode == 3, f"stopped run should exit 3 (requeue), got {p.returncode}: {p.stderr[-2000:]}"
+        step5 = os.path.join(sharded, "checkpoints", "step_00000004")
+        files = sorted(os.listdir(step5))
+        want = [f"optimizer.shard-{r:05d}-of-{students:05d}.safetensors" for r in range(students)]
+        assert [f for f in files if f.startswith("optimizer")] == want, files
+        assert not [f for f in os.listdir(os.path.join(sharded, "checkpoints")) if f.startswith(".shards")]
+        cmd = ["mpirun", "-np", str(ranks), self.deepen, "train", base, "--quiet", "--set", f'run.out_dir="{sharded}"'] + \
+              sum([["--set", s] for s in shard_sets], [])
+        run(cmd, env=MPI_ENV)
+        self.compare(replicated, sharded, 1e-5,
+                     f"sharded (grad_op) S={students}, stopped after step 5 and resumed, vs replicated S={students}")
+        if students == 4:
+            # The S = 4 checkpoint resumed on 2 students: each assembles the whole state from the 4
+            # shards and takes its half.
+            moved = os.path.join(self.work, "sharded-s4-to-s2")
+            p = self.train(moved, shard_sets, ranks=ranks, check=False, extra=["--stop-after", "5"], base=base)
+            assert p.returncode == 3, p.stderr[-2000:]
+            two = [s.replace("parallel.students=4", "parallel.students=2") for s in shard_sets]
+            cmd = ["mpirun", "-np", "3", self.deepen, "train", base, "--quiet", "--set", f'run.out_dir="{moved}"'] + \
+                  sum([["--set", s] for s in two], [])
+            run(cmd, env=MPI_ENV)
+            with open(os.path.join(moved, "run.json")) as f:
+                assert json.load(f)["students"] == 2
+            self.compare(replicated, moved, 1e-5, "sharded S=4 stopped after step 5, resumed sharded on S=2")
+
     def desync(self):
         sets = ["parallel.teacher_stages=2", "parallel.students=2"]
         p = self.train(os.path.join(self.work, "dist-desync"), sets, ranks=4, check=False,
@@ -455,7 +502,8 @@ def main():
              "hidden-1x1+1": lambda: c.hidden(1, 1, 1), "hidden-1x2+2": lambda: c.hidden(1, 2, 2),
              "hidden-2x1+2": lambda: c.hidden(2, 1, 2), "resume": c.resume, "paper": c.paper, "desync": c.desync,
              "global-batch": c.global_batch, "resume-layout": c.resume_layout, "sweep": c.sweep,
-             "gpu-asked": c.gpu_asked}
+             "gpu-asked": c.gpu_asked, "sharded-2": lambda: c.sharded(2), "sharded-3": lambda: c.sharded(3),
+             "sharded-4": lambda: c.sharded(4)}
     cases[a.case]()
 
 

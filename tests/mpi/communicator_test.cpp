@@ -171,6 +171,50 @@ TEST(CommCollectives, AllReduceAverageEqualsTheSingleProcessAverage) {
   }
 }
 
+// Sharded data parallelism's two collectives, whole and in pieces (a 64-byte message limit splits
+// every chunk), against the single-process result: rank r's chunk of the mean, and every rank's
+// chunk gathered. The bounds are the all-reduce's (same sum of n values, any order).
+TEST(CommCollectives, ReduceScatterGivesEachRankItsChunkOfTheMeanAndAllGatherReassembles) {
+  const int n = mpi().size();
+  for (int64_t max_bytes : {int64_t{1} << 30, int64_t{64}}) {
+    auto world = make_mpi_communicator(mpi(), max_bytes);
+    const int r = world->rank();
+    for (int64_t chunk : {int64_t{1}, int64_t{37}, int64_t{10'001}}) {
+      std::vector<at::Tensor> all;
+      for (int q = 0; q < n; ++q) all.push_back(at::randn({n * chunk}, at::detail::createCPUGenerator(31 + q)));
+      const at::Tensor expected = at::stack(all).to(at::kDouble).mean(0).narrow(0, r * chunk, chunk);
+      at::Tensor mine = at::empty({chunk});
+      world->ireduce_scatter_avg(all[r].clone(), mine)->wait();
+      const double u = 0x1p-24;
+      const at::Tensor abs_mean = at::stack(all).to(at::kDouble).abs().mean(0).narrow(0, r * chunk, chunk);
+      const at::Tensor bound = ((n - 1) * u / (1 - (n - 1) * u)) * abs_mean + 2 * u * expected.abs();
+      EXPECT_TRUE(((mine.to(at::kDouble) - expected).abs() <= bound).all().item<bool>())
+          << chunk << " per rank, max message " << max_bytes;
+
+      // bf16: summed in fp32, rounded once (the all-reduce's bf16 bound).
+      at::Tensor mine_b = at::empty({chunk}, at::kBFloat16);
+      world->reduce_scatter_avg(all[r].to(at::kBFloat16), mine_b);
+      std::vector<at::Tensor> all_b;
+      for (const at::Tensor& t : all) all_b.push_back(t.to(at::kBFloat16).to(at::kDouble));
+      const at::Tensor expected_b = at::stack(all_b).mean(0).narrow(0, r * chunk, chunk);
+      const at::Tensor bound_b =
+          0x1p-8 * expected_b.abs() + 2 * ((n + 1) * u) * at::stack(all_b).abs().mean(0).narrow(0, r * chunk, chunk);
+      EXPECT_TRUE(((mine_b.to(at::kDouble) - expected_b).abs() <= bound_b).all().item<bool>()) << chunk << " bf16";
+
+      // All-gather is bytes: every rank's chunk, bit for bit (NaN payloads included).
+      for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kLong}) {
+        at::Tensor whole = at::empty({n * chunk}, at::TensorOptions().dtype(dtype));
+        world->all_gather_into(rank_tensor(r, chunk, dtype, 5), whole);
+        for (int q = 0; q < n; ++q)
+          EXPECT_TRUE(same_bits(whole.narrow(0, q * chunk, chunk), rank_tensor(q, chunk, dtype, 5)))
+              << "chunk of rank " << q << ", " << chunk << " elements, max message " << max_bytes;
+      }
+    }
+    EXPECT_THROW(world->reduce_scatter_avg(at::zeros({n * 3}), at::zeros({4})), std::invalid_argument);
+    EXPECT_THROW(world->all_gather_into(at::zeros({3}), at::zeros({n * 3 + 1})), std::invalid_argument);
+  }
+}
+
 // Students stay identical only if every rank gets the same bits from the all-reduce.
 TEST(CommCollectives, AllReduceResultIsBitIdenticalOnEveryRank) {
   auto world = make_mpi_communicator(mpi());
