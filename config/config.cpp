@@ -385,6 +385,7 @@ void validate_config(const Config& cfg) {
     c.fail("parallel.students", "must be a multiple of parallel.teacher_pipelines = " +
                                     std::to_string(p.teacher_pipelines) + ", got " + std::to_string(p.students));
   c.one_of("parallel.backend", p.backend, {"auto", "mpi", "nccl"});
+  c.one_of("parallel.rank_order", p.rank_order, {"roles", "pipelines"});
 
   c.at_least("eval.every", cfg.eval.every, 1);
   c.at_least("eval.batches", cfg.eval.batches, 1);
@@ -474,6 +475,7 @@ Config without_layout(const Config& cfg) {
   p.grad_accum = defaults.grad_accum;
   p.backend = defaults.backend;
   p.max_in_flight = defaults.max_in_flight;
+  p.rank_order = defaults.rank_order;
   return c;
 }
 

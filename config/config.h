@@ -187,11 +187,18 @@ struct ParallelConfig {
   std::string backend = "auto";    // "auto" | "mpi" | "nccl"
   FloatDtype activation_dtype = FloatDtype::kFp32;  // between teacher stages: "fp32" | "bf16"
   int64_t max_in_flight = 4;       // micro-batches buffered per pipeline hop (back-pressure)
+  // Which world rank is which (dist/rank_layout.h has the worked examples):
+  //   "roles": all teacher stages, pipeline by pipeline, then all students; with tasks per node
+  //            dividing T·P, teachers and students sit on separate nodes (the logits cross nodes).
+  //   "pipelines": each pipeline's P stages then the S/T students it feeds; with tasks per node a
+  //            multiple of P + S/T, a pipeline and its students share a node (the logits stay on
+  //            NVLink; only the students' gradient all-reduce crosses nodes).
+  std::string rank_order = "roles";
   template <class V> void visit(V& v) {
     v("teacher_pipelines", teacher_pipelines); v("teacher_stages", teacher_stages);
     v("students", students); v("micro_batch", micro_batch); v("grad_accum", grad_accum);
     v("global_batch", global_batch); v("backend", backend); v("activation_dtype", activation_dtype);
-    v("max_in_flight", max_in_flight);
+    v("max_in_flight", max_in_flight); v("rank_order", rank_order);
   }
 };
 
@@ -274,7 +281,7 @@ uint64_t config_hash(const Config& cfg);
 Config without_execution_settings(const Config& cfg);
 
 // The config with the rank layout taken out: [parallel]'s teacher_pipelines, teacher_stages,
-// students, grad_accum, backend and max_in_flight back to their defaults and global_batch set to
+// students, grad_accum, backend, max_in_flight and rank_order back to their defaults and global_batch set to
 // the sequences per optimizer step (students × micro_batch × grad_accum). Two configs equal under it
 // train the same model on the same data order with the same global batch; only the ranks that do
 // it differ. Example: students 4, micro_batch 2, grad_accum 1 and students 2, micro_batch 2,
