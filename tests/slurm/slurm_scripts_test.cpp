@@ -347,10 +347,10 @@ TEST(SlurmScripts, RoleOfEveryRankMatchesTheRankLayoutInBothOrders) {
 
 TEST(SlurmScripts, EveryScriptPassesShellcheck) {
   if (std::system("command -v shellcheck > /dev/null 2>&1") != 0) GTEST_SKIP() << "shellcheck not installed";
-  // Together, so that the sbatch scripts' `source slurm/lib.sh` is followed.
-  const Ran r = run_script({"shellcheck", slurm_dir() + "/lib.sh", slurm_dir() + "/run.sbatch",
-                            slurm_dir() + "/study_array.sbatch"},
-                           {}, "shellcheck");
+  // From the checkout's root, so that the sbatch scripts' `# shellcheck source=slurm/lib.sh` is followed.
+  const Ran r = run_script({"bash", "-c", "cd \"$0\" && exec shellcheck slurm/lib.sh slurm/run.sbatch slurm/study_array.sbatch",
+                            test::kSourceDir},
+                           {{"PATH", std::getenv("PATH")}}, "shellcheck");
   EXPECT_EQ(r.code, 0) << r.out << r.err;
 }
 
