@@ -390,6 +390,7 @@ void validate_config(const Config& cfg) {
                                 "replicated; use \"grad_op\" to shard gradients and optimizer state");
   c.one_of("parallel.sharding", p.sharding, {"none", "grad_op"});
   c.positive("parallel.bucket_cap_mb", p.bucket_cap_mb);
+  c.one_of("parallel.rank_order", p.rank_order, {"roles", "pipelines"});
 
   c.at_least("eval.every", cfg.eval.every, 1);
   c.at_least("eval.batches", cfg.eval.batches, 1);
@@ -483,6 +484,7 @@ Config without_layout(const Config& cfg) {
   // trained; a sharded checkpoint resumes replicated and the other way round (train/optimizer_state_files.h).
   p.sharding = defaults.sharding;
   p.bucket_cap_mb = defaults.bucket_cap_mb;
+  p.rank_order = defaults.rank_order;
   return c;
 }
 

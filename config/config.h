@@ -187,6 +187,13 @@ struct ParallelConfig {
   std::string backend = "auto";    // "auto" | "mpi" | "nccl"
   FloatDtype activation_dtype = FloatDtype::kFp32;  // between teacher stages: "fp32" | "bf16"
   int64_t max_in_flight = 4;       // micro-batches buffered per pipeline hop (back-pressure)
+  // Which world rank is which (dist/rank_layout.h has the worked examples):
+  //   "roles": all teacher stages, pipeline by pipeline, then all students; with tasks per node
+  //            dividing T·P, teachers and students sit on separate nodes (the logits cross nodes).
+  //   "pipelines": each pipeline's P stages then the S/T students it feeds; with tasks per node a
+  //            multiple of P + S/T, a pipeline and its students share a node (the logits stay on
+  //            NVLink; only the students' gradient all-reduce crosses nodes).
+  std::string rank_order = "roles";
   // The students' data parallelism: "none" (each student holds the whole AdamW state; gradients
   // all-reduced) | "grad_op" (FSDP's SHARD_GRAD_OP, ZeRO stage 2: gradients reduce-scattered, the
   // AdamW moments sharded over the students, updated parameters all-gathered; train/sharded_adamw.h).
@@ -196,7 +203,8 @@ struct ParallelConfig {
     v("teacher_pipelines", teacher_pipelines); v("teacher_stages", teacher_stages);
     v("students", students); v("micro_batch", micro_batch); v("grad_accum", grad_accum);
     v("global_batch", global_batch); v("backend", backend); v("activation_dtype", activation_dtype);
-    v("max_in_flight", max_in_flight); v("sharding", sharding); v("bucket_cap_mb", bucket_cap_mb);
+    v("max_in_flight", max_in_flight); v("rank_order", rank_order); v("sharding", sharding);
+    v("bucket_cap_mb", bucket_cap_mb);
   }
 };
 
@@ -279,7 +287,7 @@ uint64_t config_hash(const Config& cfg);
 Config without_execution_settings(const Config& cfg);
 
 // The config with the rank layout taken out: [parallel]'s teacher_pipelines, teacher_stages,
-// students, grad_accum, backend and max_in_flight back to their defaults and global_batch set to
+// students, grad_accum, backend, max_in_flight and rank_order back to their defaults and global_batch set to
 // the sequences per optimizer step (students × micro_batch × grad_accum). Two configs equal under it
 // train the same model on the same data order with the same global batch; only the ranks that do
 // it differ. Example: students 4, micro_batch 2, grad_accum 1 and students 2, micro_batch 2,

@@ -33,6 +33,14 @@ std::string join(const std::set<std::string>& xs) {
 
 }  // namespace
 
+RankOrder parse_rank_order(const std::string& name) {
+  if (name == "roles") return RankOrder::kRoles;
+  if (name == "pipelines") return RankOrder::kPipelines;
+  throw InputError("parallel.rank_order: expected \"roles\" or \"pipelines\", got \"" + name + "\"");
+}
+
+const char* rank_order_name(RankOrder order) { return order == RankOrder::kPipelines ? "pipelines" : "roles"; }
+
 RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teacher_layers, double head_layers) {
   const int64_t T = cfg.teacher_pipelines, P = cfg.teacher_stages, S = cfg.students;
   if (T < 1) throw InputError("parallel.teacher_pipelines: must be at least 1, got " + std::to_string(T));
@@ -48,6 +56,7 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teach
                      ") x parallel.teacher_stages (" + std::to_string(P) + ") + parallel.students (" +
                      std::to_string(S) + ") = " + std::to_string(T * P + S) +
                      ": launch that many ranks or change parallel.*");
+  const RankOrder order = parse_rank_order(cfg.rank_order);
   const std::vector<std::pair<int, int>> split = split_layers_with_head(teacher_layers, static_cast<int>(P), head_layers);
 
   RankLayout l;
@@ -56,6 +65,7 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teach
   l.students = static_cast<int>(S);
   l.world_size = world_size;
   l.teacher_layers = teacher_layers;
+  l.order = order;
   l.ranks.resize(world_size);
   for (int t = 0; t < T; ++t) {
     for (int p = 0; p < P; ++p) {
@@ -80,12 +90,17 @@ int RankLayout::teacher_rank(int pipeline, int stage) const {
   if (pipeline < 0 || pipeline >= teacher_pipelines || stage < 0 || stage >= teacher_stages)
     throw std::out_of_range("RankLayout::teacher_rank: no pipeline " + std::to_string(pipeline) +
                             " stage " + std::to_string(stage));
+  if (order == RankOrder::kPipelines) return pipeline * (teacher_stages + students_per_pipeline()) + stage;
   return pipeline * teacher_stages + stage;
 }
 
 int RankLayout::student_rank(int student) const {
   if (student < 0 || student >= students)
     throw std::out_of_range("RankLayout::student_rank: no student " + std::to_string(student));
+  if (order == RankOrder::kPipelines) {
+    const int k = students_per_pipeline();
+    return (student / k) * (teacher_stages + k) + teacher_stages + student % k;
+  }
   return teacher_ranks() + student;
 }
 
@@ -134,7 +149,7 @@ std::string RankLayout::describe() const {
   std::ostringstream o;
   o << "world " << world_size << " = " << teacher_pipelines << " teacher pipeline(s) x "
     << teacher_stages << " stage(s) + " << students << " student(s); teacher has " << teacher_layers
-    << " layers\n";
+    << " layers; rank order \"" << rank_order_name(order) << "\"\n";
   for (int i = 0; i < world_size; ++i) {
     const RankInfo& r = ranks[i];
     o << "  rank " << i << ": ";
@@ -161,20 +176,25 @@ std::vector<std::string> check_placement(const RankLayout& layout,
   std::vector<std::string> warnings;
   if (nodes.size() <= 1) return warnings;
 
-  std::map<std::string, std::pair<std::vector<int>, std::vector<int>>> roles;  // node -> teachers, students
-  for (int i = 0; i < layout.world_size; ++i) {
-    auto& [teachers, students] = roles[hostnames[i]];
-    (layout.ranks[i].is_teacher() ? teachers : students).push_back(i);
-  }
-  for (const auto& [node, ts] : roles) {
-    if (!ts.first.empty() && !ts.second.empty())
-      throw InputError("placement: node " + node + " hosts teacher ranks " + join(ts.first) +
-                       " and student ranks " + join(ts.second) + " in a job on " +
-                       std::to_string(nodes.size()) + " nodes; teachers (the first " +
-                       std::to_string(layout.teacher_ranks()) +
-                       " ranks = parallel.teacher_pipelines x parallel.teacher_stages) and students "
-                       "must be on separate nodes: make the tasks per node divide " +
-                       std::to_string(layout.teacher_ranks()) + " or change parallel.*");
+  if (layout.order == RankOrder::kRoles) {
+    std::map<std::string, std::pair<std::vector<int>, std::vector<int>>> roles;  // node -> teachers, students
+    for (int i = 0; i < layout.world_size; ++i) {
+      auto& [teachers, students] = roles[hostnames[i]];
+      (layout.ranks[i].is_teacher() ? teachers : students).push_back(i);
+    }
+    for (const auto& [node, ts] : roles) {
+      if (!ts.first.empty() && !ts.second.empty())
+        throw InputError("placement: node " + node + " hosts teacher ranks " + join(ts.first) +
+                         " and student ranks " + join(ts.second) + " in a job on " +
+                         std::to_string(nodes.size()) + " nodes; with parallel.rank_order = \"roles\" teachers (the first " +
+                         std::to_string(layout.teacher_ranks()) +
+                         " ranks = parallel.teacher_pipelines x parallel.teacher_stages) and students "
+                         "must be on separate nodes: make the tasks per node divide " +
+                         std::to_string(layout.teacher_ranks()) +
+                         ", or set parallel.rank_order = \"pipelines\" to put each pipeline beside its students "
+                         "(tasks per node a multiple of parallel.teacher_stages + students per pipeline = " +
+                         std::to_string(layout.teacher_stages + layout.students_per_pipeline()) + "), or change parallel.*");
+    }
   }
   for (int t = 0; t < layout.teacher_pipelines; ++t) {
     std::set<std::string> spanned;
@@ -182,6 +202,27 @@ std::vector<std::string> check_placement(const RankLayout& layout,
     if (spanned.size() > 1)
       warnings.push_back("placement: teacher pipeline " + std::to_string(t) + " spans nodes " +
                          join(spanned) + ": its activations cross the network between stages");
+  }
+  if (layout.order == RankOrder::kPipelines) {
+    // The point of this order: a channel's students on its last stage's node.
+    for (int t = 0; t < layout.teacher_pipelines; ++t) {
+      const std::vector<int> channel = layout.group_ranks(GroupKind::kLogitChannel, t);
+      const std::string& home = hostnames[channel.front()];
+      std::vector<int> away;
+      std::set<std::string> away_nodes;
+      for (size_t i = 1; i < channel.size(); ++i) {
+        if (hostnames[channel[i]] == home) continue;
+        away.push_back(channel[i]);
+        away_nodes.insert(hostnames[channel[i]]);
+      }
+      if (!away.empty())
+        warnings.push_back("placement: logit channel " + std::to_string(t) + ": student ranks " + join(away) +
+                           " are on " + join(away_nodes) + ", not on " + home + " with pipeline " + std::to_string(t) +
+                           "'s last stage (rank " + std::to_string(channel.front()) +
+                           "): their logits cross the network; with parallel.rank_order = \"pipelines\" make the tasks "
+                           "per node a multiple of parallel.teacher_stages + students per pipeline = " +
+                           std::to_string(layout.teacher_stages + layout.students_per_pipeline()));
+    }
   }
   return warnings;
 }

@@ -36,10 +36,23 @@ struct GroupSlot {
   bool operator==(const GroupSlot&) const = default;
 };
 
-// Teacher ranks come first, pipeline by pipeline, then students, so that on a homogeneous Slurm
-// allocation teachers and students fall on separate nodes by rank ranges. Pipeline t serves the
-// students [t·S/T, (t+1)·S/T).
+// The order of world ranks (parallel.rank_order). Slurm's block distribution fills each node with
+// consecutive ranks, so the order decides which ranks share a node and which links cross nodes.
+//   kRoles:     teacher ranks first, pipeline by pipeline, then the students; with tasks per node
+//               dividing T·P, teachers and students fall on separate nodes by rank ranges.
+//   kPipelines: pipeline by pipeline, its P stages then the S/T students it feeds; with tasks per
+//               node a multiple of P + S/T, each pipeline shares a node with its students, so the
+//               logit channel stays inside the node and only the students' gradient all-reduce (and
+//               growth agreement) crosses nodes.
+enum class RankOrder { kRoles, kPipelines };
+// "roles" | "pipelines" (the config's names); InputError naming parallel.rank_order otherwise.
+RankOrder parse_rank_order(const std::string& name);
+const char* rank_order_name(RankOrder order);
+
+// Pipeline t serves the students [t·S/T, (t+1)·S/T) in either order; student indices, stages and
+// every group's key order are the same in both, only the world ranks behind them move.
 //
+// kRoles examples.
 // Example: T=2 pipelines, P=2 stages, S=4 students, world=8, a 36-layer teacher
 //   ranks 0,1 = pipeline 0 stages 0,1 (layers [0,18), [18,36))
 //   ranks 2,3 = pipeline 1 stages 0,1 (layers [0,18), [18,36))
@@ -51,12 +64,31 @@ struct GroupSlot {
 //   pipeline 0 = {0,1,2}, logit channel 0 = {2,3,4}, students = {3,4}.
 // Example: T=2, P=1, S=2, world=4: ranks 0,1 = pipelines 0,1 (one stage each, all layers);
 //   ranks 2,3 = students 0,1; logit channel 0 = {0,2}, logit channel 1 = {1,3}, students = {2,3}.
+//
+// kPipelines examples (group of a pipeline = P + S/T consecutive ranks).
+// Example: T=2, P=2, S=4, world=8
+//   ranks 0,1 = pipeline 0 stages 0,1   ranks 2,3 = students 0,1 (fed by pipeline 0)
+//   ranks 4,5 = pipeline 1 stages 0,1   ranks 6,7 = students 2,3 (fed by pipeline 1)
+//   groups: pipeline 0 = {0,1}          pipeline 1 = {4,5}
+//           logit channel 0 = {1,2,3}   logit channel 1 = {5,6,7}
+//           students = {2,3,6,7}        (student s keeps key s, wherever its rank is)
+// Example: T=2, P=4, S=8 on 2 nodes of 8 tasks (a 36-layer teacher)
+//   kRoles:     node 0 = ranks 0..7 = both pipelines' stages, node 1 = ranks 8..15 = students 0..7:
+//               every logit crosses nodes, the students' all-reduce stays on node 1.
+//   kPipelines: node 0 = ranks 0..3 pipeline 0 stages 0..3, ranks 4..7 students 0..3;
+//               node 1 = ranks 8..11 pipeline 1 stages 0..3, ranks 12..15 students 4..7:
+//               logit channel 0 = {3,4,5,6,7} and 1 = {11,12,13,14,15} stay on their node, the
+//               students' all-reduce {4..7,12..15} crosses nodes.
+// Example: T=8, P=1, S=8 on 2 nodes of 8 (the paper config's layout), kPipelines: rank 2t = pipeline
+//   t, rank 2t+1 = student t; node 0 holds pipelines 0..3 and students 0..3, node 1 the rest.
+// Example: T=1: both orders are the same (stages 0..P-1, then the students).
 struct RankLayout {
   int teacher_pipelines = 0;  // T
   int teacher_stages = 0;     // P
   int students = 0;           // S
   int world_size = 0;         // T·P + S
   int teacher_layers = 0;
+  RankOrder order = RankOrder::kRoles;
   std::vector<RankInfo> ranks;  // indexed by world rank
 
   int teacher_ranks() const { return teacher_pipelines * teacher_stages; }
@@ -74,18 +106,27 @@ struct RankLayout {
   std::string describe() const;
 };
 
-// Pure: the layout for a config, a world size and the teacher's decoder layer count. head_layers:
+// Pure: the layout for a config (counts and parallel.rank_order), a world size and the teacher's
+// decoder layer count. head_layers:
 // the last stage's LM head in layers' worth (split_layers_with_head; 0 = the plain balanced split,
 // as with distill.logits = "hidden", where the students run the head).
 // Throws InputError naming parallel.* keys when the world size is not T·P+S, when S is not a multiple
 // of T, when P exceeds the teacher's layers, or when a count is below 1.
 RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teacher_layers, double head_layers = 0);
 
-// Node-aware placement, from the hostname of every world rank (gathered at startup). On more than one
-// node, a node that hosts both teachers and students is an InputError: rank ranges are meant to put
-// them on separate nodes, and a mixed node means the allocation's tasks per node do not divide T·P
-// (the message says so). Returns warnings, e.g. a teacher pipeline whose stages span nodes (its
-// activations then cross the network), for the caller to log.
+// Node-aware placement, from the hostname of every world rank (gathered at startup). Returns
+// warnings for the caller to log; on one node there is nothing to check.
+//   kRoles, more than one node: a node that hosts both teachers and students is an InputError: rank
+//     ranges are meant to put them on separate nodes, and a mixed node means the allocation's tasks
+//     per node do not divide T·P (the message says so, and names rank_order = "pipelines").
+//   kPipelines, more than one node: a node holding a pipeline's stages and its students is the
+//     intended layout; students not on their pipeline's last-stage node are a warning naming them
+//     (their logits cross the network: the tasks per node are not a multiple of P + S/T).
+//   Either order: a teacher pipeline whose stages span nodes is a warning (its activations cross the
+//     network).
+// Example (kPipelines, T=2, P=1, S=4, ranks t0 s0 s1 t1 s2 s3): hosts a a a b b b -> no warning;
+//   hosts a a b b c c -> logit channel 0: students {2} on b, last stage rank 0 on a; channel 1:
+//   students {4,5} on c, last stage rank 3 on b.
 std::vector<std::string> check_placement(const RankLayout& layout,
                                           const std::vector<std::string>& hostnames);
 

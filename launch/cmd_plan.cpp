@@ -77,7 +77,8 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("--cores", o->cores, "CPU: cores shared by the ranks (default: this machine's)");
   cmd->add_option("--threads", o->threads, "CPU: threads per rank of the predicted layouts")->capture_default_str();
   cmd->add_option("--p2p-bw", o->p2p_bw, "CPU: bytes/s between ranks (MPI shared memory)")->capture_default_str();
-  cmd->add_option("--layout", o->layout, "only this layout, as T,P,S (e.g. 1,2,2)");
+  cmd->add_option("--layout", o->layout,
+                  "only this layout, as T,P,S (e.g. 1,2,2), in parallel.rank_order's order (--set parallel.rank_order=pipelines)");
   cmd->add_option("--show", o->show, "layouts to list")->capture_default_str();
   cmd->add_option("--check", o->check, "with --calibrate: compare the model with these measured run folders")->take_all();
   cmd->callback([o] {
@@ -119,7 +120,7 @@ void register_plan_command(CLI::App& app) {
     }
     std::vector<LayoutEstimate> ranked;
     if (!o->layout.empty()) {
-      ranked.push_back(estimate_layout(in, c, T, P, S));
+      ranked.push_back(estimate_layout(in, c, T, P, S, parse_rank_order(cfg.parallel.rank_order)));
     } else {
       ranked = rank_layouts(in, c);
     }

@@ -227,20 +227,54 @@ ClusterSpec cluster_preset(const std::string& name) {
   throw InputError("--cluster " + name + ": unknown preset (h200, h100, a100; or give the numbers)");
 }
 
-LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_t T, int64_t P, int64_t S) {
+namespace {
+
+// Where each rank of a layout sits, by the trainer's own rule (dist/rank_layout.h). Only positions
+// matter here (the plan splits the layers itself), so `layers` is raised to P rather than refused.
+RankLayout plan_rank_layout(int64_t layers, int64_t T, int64_t P, int64_t S, RankOrder order) {
+  ParallelConfig p;
+  p.teacher_pipelines = T;
+  p.teacher_stages = P;
+  p.students = S;
+  p.rank_order = rank_order_name(order);
+  return make_rank_layout(p, static_cast<int>(T * P + S), static_cast<int>(std::max(layers, P)));
+}
+
+}  // namespace
+
+bool layout_offered(const ClusterSpec& c, int64_t T, int64_t P, int64_t S, RankOrder order) {
+  const int64_t gpn = c.gpus_per_node;
+  const bool several_nodes = c.devices() > gpn && c.shared_cores == 0;
+  const bool roles_offered = !several_nodes || (T * P) % gpn == 0;
+  if (order == RankOrder::kRoles) return roles_offered;
+  if (!several_nodes || (T == 1 && roles_offered)) return false;
+  const RankLayout l = plan_rank_layout(P, T, P, S, order);
+  for (int t = 0; t < T; ++t) {
+    const std::vector<int> channel = l.group_ranks(GroupKind::kLogitChannel, t);
+    for (int r : channel)
+      if (node_of(r, gpn) != node_of(channel.front(), gpn)) return false;
+  }
+  return true;
+}
+
+LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_t T, int64_t P, int64_t S,
+                               RankOrder order) {
   LayoutEstimate e;
   e.T = T;
   e.P = P;
   e.S = S;
+  e.order = order;
   e.devices = T * P + S;
   const int64_t gpn = c.gpus_per_node;
   const double threads = c.shared_cores > 0 ? static_cast<double>(c.threads_per_rank) : 1.0;
   const double teacher_rate = c.flops * c.teacher_mfu * threads;  // FLOP/s of one teacher rank
   const double student_rate = c.flops * c.mfu * threads;
   auto link = [&](int64_t a, int64_t b) { return node_of(a, gpn) == node_of(b, gpn) ? c.intra_bw : c.inter_bw; };
+  const RankLayout ranks = plan_rank_layout(in.teacher.layers, T, P, S, order);
 
-  // Teacher stages of pipeline 0 (all pipelines are alike): compute, activations to the next stage,
-  // and for the last stage the logits to its students; sends overlap compute (streaming micro-batches).
+  // Teacher stages of every pipeline: compute, activations to the next stage, and for the last
+  // stage the logits to its students; sends overlap compute (streaming micro-batches). Students
+  // step together, so the pipeline with the slowest links sets the pace of all.
   const int64_t tokens_per_mb = in.micro_batch * in.seq_len;
   e.channel_bytes_per_token =
       logit_bytes_per_token(in.distill, in.teacher.vocab, tokens_per_mb, in.header_bytes, in.teacher.hidden);
@@ -248,24 +282,27 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
   const double head_on_students = student_teacher_head_flops_per_token(in.distill, in.teacher);
   const auto layers = stage_layers(in, P);
   const double act_bytes = static_cast<double>(in.teacher.hidden) * float_dtype_bytes(in.activation_dtype);
-  const int64_t per_pipe = S / T;
   double slowest = 0;
   double channel_send_s = 0;
-  for (int64_t p = 0; p < P; ++p) {
-    ModelShape part = in.teacher;
-    const bool last = p == P - 1;
-    double flops = forward_flops_per_token(part, layers[static_cast<size_t>(p)], in.seq_len, last && teacher_head);
-    double t = flops / teacher_rate;
-    if (!last) {
-      t = std::max(t, act_bytes / link(p, p + 1));
-    } else {
-      // The last stage sends each student its micro-batches: per token of the pipeline, b bytes, over
-      // the slowest link to any of its students.
-      double bw = c.intra_bw;
-      for (int64_t s = 0; s < per_pipe; ++s) bw = std::min(bw, link(P - 1, T * P + s));
-      channel_send_s = e.channel_bytes_per_token / bw;
+  double receive_bw = c.intra_bw;  // the slowest student's link to its teacher's last stage
+  for (int t = 0; t < T; ++t) {
+    for (int p = 0; p < P; ++p) {
+      const bool last = p == P - 1;
+      const double flops = forward_flops_per_token(in.teacher, layers[static_cast<size_t>(p)], in.seq_len, last && teacher_head);
+      double time = flops / teacher_rate;
+      if (!last) {
+        time = std::max(time, act_bytes / link(ranks.teacher_rank(t, p), ranks.teacher_rank(t, p + 1)));
+      } else {
+        // The last stage sends each student its micro-batches: per token of the pipeline, b bytes, over
+        // the slowest link to any of its students.
+        const std::vector<int> channel = ranks.group_ranks(GroupKind::kLogitChannel, t);
+        double bw = c.intra_bw;
+        for (size_t i = 1; i < channel.size(); ++i) bw = std::min(bw, link(channel.front(), channel[i]));
+        channel_send_s = std::max(channel_send_s, e.channel_bytes_per_token / bw);
+        receive_bw = std::min(receive_bw, bw);
+      }
+      slowest = std::max(slowest, time);
     }
-    slowest = std::max(slowest, t);
   }
   e.teacher_stage_s_per_token = slowest;
   if (in.total_tokens > 0) {
@@ -274,7 +311,6 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
   }
   e.teacher_tokens_per_s = static_cast<double>(T) * e.pipeline_efficiency / slowest;
   // Channel: T senders, and S receivers each at its own link.
-  const double receive_bw = link(T * P - 1, T * P);  // a student's link to its teacher's last stage
   e.channel_tokens_per_s = std::min(static_cast<double>(T) / channel_send_s,
                                     static_cast<double>(S) * receive_bw / e.channel_bytes_per_token);
 
@@ -286,7 +322,12 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
     depths = {in.student.layers};
     weights = {1.0};
   }
-  const double student_bw = S > gpn ? c.inter_bw : c.intra_bw;
+  // The ring all-reduce runs at its slowest hop: inter_bw once the students span nodes.
+  const std::vector<int> student_ranks = ranks.group_ranks(GroupKind::kStudents);
+  const bool students_on_one_node = std::all_of(student_ranks.begin(), student_ranks.end(), [&](int r) {
+    return node_of(r, gpn) == node_of(student_ranks.front(), gpn);
+  });
+  const double student_bw = students_on_one_node ? c.intra_bw : c.inter_bw;
   const double tokens_per_student_step =
       in.global_batch > 0 ? static_cast<double>(in.global_batch * in.seq_len) / static_cast<double>(S)
                           : static_cast<double>(in.micro_batch * in.grad_accum * in.seq_len);
@@ -346,10 +387,12 @@ std::vector<LayoutEstimate> rank_layouts(const PlanInput& in, const ClusterSpec&
   const int64_t G = c.devices();
   for (int64_t T = 1; T < G; ++T) {
     for (int64_t P = 1; P <= in.teacher.layers && T * P < G; ++P) {
-      if (G > c.gpus_per_node && c.shared_cores == 0 && (T * P) % c.gpus_per_node != 0) continue;
       for (int64_t S = T; T * P + S <= G; S += T) {
-        LayoutEstimate e = estimate_layout(in, c, T, P, S);
-        if (e.fits_memory) out.push_back(std::move(e));
+        for (RankOrder order : {RankOrder::kRoles, RankOrder::kPipelines}) {
+          if (!layout_offered(c, T, P, S, order)) continue;
+          LayoutEstimate e = estimate_layout(in, c, T, P, S, order);
+          if (e.fits_memory) out.push_back(std::move(e));
+        }
       }
     }
   }
@@ -421,14 +464,16 @@ std::string describe_plan(const PlanInput& in, const ClusterSpec& c, const std::
       << " (memory, see above, or node placement); add devices or memory, or take the micro-batch named above.\n";
     return o.str();
   }
-  o << "Layouts, best first (tokens/s of the whole job; curriculum mean weights each stage by its tokens)\n"
-    << "   T   P    S  dev | teacher  channel | students (first..last stage) | job mean | supply/demand | bound\n";
+  o << "Layouts, best first (tokens/s of the whole job; curriculum mean weights each stage by its tokens;\n"
+    << "order = parallel.rank_order: roles = teachers and students on separate nodes, pipelines = each\n"
+    << "pipeline on the node of its students, the logits inside the node, the gradient all-reduce across)\n"
+    << "   T   P    S  dev  order     | teacher  channel | students (first..last stage) | job mean | supply/demand | bound\n";
   for (size_t i = 0; i < std::min(show, ranked.size()); ++i) {
     const auto& e = ranked[i];
     char line[256];
-    std::snprintf(line, sizeof line, "  %2lld  %2lld  %3lld  %3lld | %8s %8s | %12s .. %-12s | %8s | %13.2f | %s\n",
+    std::snprintf(line, sizeof line, "  %2lld  %2lld  %3lld  %3lld  %-9s | %8s %8s | %12s .. %-12s | %8s | %13.2f | %s\n",
                   static_cast<long long>(e.T), static_cast<long long>(e.P), static_cast<long long>(e.S),
-                  static_cast<long long>(e.devices), si(e.teacher_tokens_per_s, "").c_str(),
+                  static_cast<long long>(e.devices), rank_order_name(e.order), si(e.teacher_tokens_per_s, "").c_str(),
                   si(e.channel_tokens_per_s, "").c_str(), si(e.student_tokens_per_s.front(), "").c_str(),
                   si(e.student_tokens_per_s.back(), "").c_str(), si(e.mean_tokens_per_s, "").c_str(),
                   e.supply_over_demand, e.bottleneck.c_str());
@@ -443,14 +488,20 @@ std::string describe_plan(const PlanInput& in, const ClusterSpec& c, const std::
     << si(best.student_tokens_per_s.back(), "tokens/s") << ", job " << si(best.mean_tokens_per_s, "tokens/s")
     << " over the curriculum (" << si(best.mean_tokens_per_s / static_cast<double>(best.devices), "tokens/s")
     << " per device); bound by " << best.bottleneck << "; " << best.memory_note << "\n"
-    << "  [parallel] teacher_pipelines = " << best.T << ", teacher_stages = " << best.P << ", students = " << best.S << "\n";
+    << "  [parallel] teacher_pipelines = " << best.T << ", teacher_stages = " << best.P << ", students = " << best.S
+    << ", rank_order = \"" << rank_order_name(best.order) << "\"";
+  if (best.order == RankOrder::kPipelines)
+    o << " (tasks per node a multiple of " << best.P + best.S / best.T << " = " << best.P << " stage(s) + "
+      << best.S / best.T << " student(s) per pipeline)";
+  o << "\n";
   // When students idle (supply far below demand), fewer devices may do nearly as well: name the
   // layout with the most tokens/s per device too.
   const auto thrifty = std::max_element(ranked.begin(), ranked.end(), [](const LayoutEstimate& a, const LayoutEstimate& b) {
     return a.mean_tokens_per_s / static_cast<double>(a.devices) < b.mean_tokens_per_s / static_cast<double>(b.devices);
   });
-  if (thrifty->T != best.T || thrifty->P != best.P || thrifty->S != best.S)
-    o << "  most tokens/s per device: T=" << thrifty->T << " P=" << thrifty->P << " S=" << thrifty->S << " ("
+  if (thrifty->T != best.T || thrifty->P != best.P || thrifty->S != best.S || thrifty->order != best.order)
+    o << "  most tokens/s per device: T=" << thrifty->T << " P=" << thrifty->P << " S=" << thrifty->S
+      << " rank_order " << rank_order_name(thrifty->order) << " ("
       << thrifty->devices << " devices, " << si(thrifty->mean_tokens_per_s, "tokens/s") << ", "
       << si(thrifty->mean_tokens_per_s / static_cast<double>(thrifty->devices), "tokens/s") << " per device)\n";
   return o.str();
@@ -564,7 +615,8 @@ std::vector<CheckRow> check_against_runs(const ClusterSpec& cluster, const std::
     c.gpus_per_node = world;
     const int64_t threads = cfg.run.threads > 0 ? cfg.run.threads : std::max<int64_t>(1, c.shared_cores / world);
     c.threads_per_rank = threads;
-    const LayoutEstimate e = estimate_layout(in, c, p.teacher_pipelines, p.teacher_stages, one_process ? 1 : p.students);
+    const LayoutEstimate e = estimate_layout(in, c, p.teacher_pipelines, p.teacher_stages, one_process ? 1 : p.students,
+                                             parse_rank_order(p.rank_order));
     for (const auto& [depth, measured] : measured_tokens_per_s(dir)) {
       CheckRow r;
       r.run = dir;

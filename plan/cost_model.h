@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "dist/rank_layout.h"
 
 namespace deepen {
 
@@ -125,6 +126,7 @@ struct PlanInput {
 // A candidate layout and its predicted rates (tokens/s of the whole job unless noted).
 struct LayoutEstimate {
   int64_t T = 1, P = 1, S = 1;
+  RankOrder order = RankOrder::kRoles;  // parallel.rank_order: which ranks share a node
   int64_t devices = 0;                 // T·P + S
   double teacher_stage_s_per_token = 0;  // slowest stage, per token, compute or activation transfer
   // Teacher stages stream micro-batches without draining between steps (bounded in-flight buffers),
@@ -154,11 +156,29 @@ int64_t micro_batch_tokens(const PlanInput& in);
 // Pure: the rates of one layout. Example (tests/plan/cost_model_test.cpp): a 4-layer teacher and a
 // 2-layer student on 4 devices of 1 TFLOP/s, T=1 P=2 S=1 -> teacher bound or student bound as
 // computed there by hand.
-LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_t T, int64_t P, int64_t S);
+// Ranks sit where `order` puts them (dist/rank_layout.h), nodes filled in rank order with
+// gpus_per_node ranks each (Slurm's block distribution); each link is priced by whether its two ranks
+// share a node: intra_bw, else inter_bw. The activations between stages and the logit channel take
+// the slowest pipeline's links; the students' gradient all-reduce takes intra_bw when all students
+// share one node, else inter_bw. Example: T=2, P=4, S=8 on 2 nodes of 8 with full logits:
+//   kRoles:     teachers on node 0, students on node 1: channel at inter_bw, all-reduce at intra_bw;
+//   kPipelines: pipeline t and its 4 students on node t: channel at intra_bw, all-reduce at inter_bw.
+LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_t T, int64_t P, int64_t S,
+                               RankOrder order = RankOrder::kRoles);
 
-// Every feasible layout on the cluster (S a multiple of T, P ≤ teacher layers, T·P+S ≤ devices; on
-// more than one node teachers and students on separate nodes, i.e. T·P a multiple of gpus_per_node),
-// best first: highest curriculum-mean tokens/s, then fewer devices, then smaller P.
+// Pure: whether `deepen plan` offers a layout in an order on the cluster. One node (or a CPU pool):
+// kRoles only (both orders cost the same there). More than one node: kRoles when teachers and
+// students fall on separate nodes (T·P a multiple of gpus_per_node, the rule check_placement
+// enforces); kPipelines when each pipeline's last stage shares a node with all its students (the
+// co-located layout the order is for) and T > 1 or kRoles is not offered (with T = 1 the orders are
+// the same). Examples on 2 nodes of 8: 2x4+8 roles yes (8 teacher ranks), pipelines yes (groups of
+// 8); 4x3+4 roles no (12), pipelines yes (groups of 4: 3 stages + 1 student); 5x2+5 pipelines no
+// (groups of 3: pipeline 2's last stage is rank 7 on node 0, its student rank 8 on node 1).
+bool layout_offered(const ClusterSpec& c, int64_t T, int64_t P, int64_t S, RankOrder order);
+
+// Every feasible layout on the cluster (S a multiple of T, P ≤ teacher layers, T·P+S ≤ devices,
+// layout_offered in either order; both orders listed where both are offered), best first: highest
+// curriculum-mean tokens/s, then fewer devices, then smaller P, then kRoles.
 std::vector<LayoutEstimate> rank_layouts(const PlanInput& in, const ClusterSpec& c);
 
 // The plan printed by `deepen plan`: the numbers behind the recommendation.

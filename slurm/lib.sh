@@ -111,13 +111,27 @@ deepen_config_value() {
   echo "${value:-$default}"
 }
 
-# The role of a rank: teachers first, pipeline by pipeline, then students (dist/rank_layout.h).
+# The role of a rank in parallel.rank_order's order (dist/rank_layout.h, the same examples):
+#   roles:     teachers first, pipeline by pipeline, then students
+#              (T=2 P=2 S=4: p0 s0, p0 s1, p1 s0, p1 s1, student 0, 1, 2, 3)
+#   pipelines: pipeline by pipeline, its stages then the S/T students it feeds
+#              (T=2 P=2 S=4: p0 s0, p0 s1, student 0, 1, p1 s0, p1 s1, student 2, 3)
+# deepen_role_of RANK PIPELINES STAGES STUDENTS [ORDER]
 deepen_role_of() {
-  local rank=$1 teacher_ranks=$2 stages=$3
-  if ((rank < teacher_ranks)); then
+  local rank=$1 pipelines=$2 stages=$3 students=$4 order=${5:-roles}
+  local per=$((students / pipelines))
+  if [[ $order == pipelines ]]; then
+    local group=$((stages + per))
+    local t=$((rank / group)) i=$((rank % group))
+    if ((i < stages)); then
+      echo "teacher p$t s$i"
+    else
+      echo "student $((t * per + i - stages))"
+    fi
+  elif ((rank < pipelines * stages)); then
     echo "teacher p$((rank / stages)) s$((rank % stages))"
   else
-    echo "student $((rank - teacher_ranks))"
+    echo "student $((rank - pipelines * stages))"
   fi
 }
 
@@ -171,10 +185,19 @@ deepen_run_job() {
   if ((${#nodes[@]} == 0)); then deepen_log "cannot expand SLURM_JOB_NODELIST=$SLURM_JOB_NODELIST"; return 2; fi
   mapfile -t counts < <(deepen_tasks_per_node "${#nodes[@]}" "$SLURM_NTASKS")
   local ntasks=$SLURM_NTASKS
-  local pipelines stages students
+  local pipelines stages students order
   pipelines=$(deepen_config_value "$config" parallel teacher_pipelines 1 "$@")
   stages=$(deepen_config_value "$config" parallel teacher_stages 1 "$@")
   students=$(deepen_config_value "$config" parallel students 1 "$@")
+  order=$(deepen_config_value "$config" parallel rank_order roles "$@")
+  if [[ $order != roles && $order != pipelines ]]; then
+    deepen_log "$config: parallel.rank_order: must be \"roles\" | \"pipelines\", got \"$order\""
+    return 2
+  fi
+  if ! ((pipelines >= 1 && stages >= 1 && students >= 1)); then
+    deepen_log "$config: parallel.teacher_pipelines, teacher_stages and students must be >= 1, got $pipelines, $stages, $students"
+    return 2
+  fi
   local teacher_ranks=$((pipelines * stages))
   if ((teacher_ranks + students != ntasks)); then
     deepen_log "$config: parallel.teacher_pipelines * teacher_stages + students = $pipelines * $stages + $students = $((teacher_ranks + students)) ranks, but the allocation has $ntasks tasks (SLURM_NTASKS)"
@@ -202,15 +225,18 @@ deepen_run_job() {
   deepen_log "run dir $run_dir; coordinator $coordinator; job secret $secret_file (mode 0600)"
   # The rank map: block distribution puts ranks 0..c0-1 on the first node, and so on.
   local rank=0 n i role first_role warned
+  local -a node_of_rank=()
   for ((n = 0; n < ${#nodes[@]}; n++)); do
     first_role=""; warned=0
     for ((i = 0; i < ${counts[n]:-0}; i++, rank++)); do
-      role=$(deepen_role_of "$rank" "$teacher_ranks" "$stages")
+      role=$(deepen_role_of "$rank" "$pipelines" "$stages" "$students" "$order")
       echo "rank $rank -> ${nodes[n]} ($role)"
+      node_of_rank[rank]=${nodes[n]}
       [[ -z $first_role ]] && first_role=${role%% *}
-      # (one node cannot keep them apart: no warning then)
-      if [[ ${role%% *} != "$first_role" ]] && ((!warned && ${#nodes[@]} > 1)); then
-        deepen_log "warning: node ${nodes[n]} holds both teacher and student ranks; make teacher ranks ($teacher_ranks) a multiple of the tasks per node"
+      # Roles order: a node should hold one role (one node cannot keep them apart: no warning then).
+      # The pipelines order mixes them on purpose; its check follows below.
+      if [[ $order == roles && ${role%% *} != "$first_role" ]] && ((!warned && ${#nodes[@]} > 1)); then
+        deepen_log "warning: node ${nodes[n]} holds both teacher and student ranks; make teacher ranks ($teacher_ranks) a multiple of the tasks per node, or set parallel.rank_order = \"pipelines\" with tasks per node a multiple of $((stages + students / pipelines)) (teacher_stages + students per pipeline)"
         warned=1
       fi
     done
@@ -218,6 +244,20 @@ deepen_run_job() {
   if ((rank != ntasks)); then
     deepen_log "tasks per node (${counts[*]}) add up to $rank, not SLURM_NTASKS = $ntasks"
     return 2
+  fi
+  # Pipelines order: each pipeline's students belong on the node of its last stage (the logits
+  # then stay inside the node), as dist/rank_layout.h's check_placement warns too.
+  if [[ $order == pipelines ]] && ((${#nodes[@]} > 1)); then
+    local per=$((students / pipelines)) t last away s
+    for ((t = 0; t < pipelines; t++)); do
+      last=$((t * (stages + per) + stages - 1)); away=""
+      for ((s = 1; s <= per; s++)); do
+        [[ ${node_of_rank[last + s]} != "${node_of_rank[last]}" ]] && away+=" $((last + s))"
+      done
+      if [[ -n $away ]]; then
+        deepen_log "warning: pipeline $t's students (ranks${away}) are not on ${node_of_rank[last]} with its last stage (rank $last): their logits cross the network; make the tasks per node a multiple of $((stages + per)) (teacher_stages + students per pipeline)"
+      fi
+    done
   fi
 
   local -a cmd

@@ -201,7 +201,8 @@ TEST(Config, GradAccumThatContradictsTheGlobalBatchIsAnError) {
 // Checkpoints resume across layouts that keep the global batch, not across a changed batch.
 TEST(Config, WithoutLayoutKeepsTheGlobalBatchAndDropsTheRanks) {
   const Config four = parse_config(kMinimal, "a.toml", {"parallel.global_batch=8", "parallel.micro_batch=2",
-                                                        "parallel.students=4", "parallel.teacher_pipelines=2"});
+                                                        "parallel.students=4", "parallel.teacher_pipelines=2",
+                                                        "parallel.rank_order=\"pipelines\""});
   const Config two = parse_config(kMinimal, "b.toml", {"parallel.micro_batch=2", "parallel.grad_accum=2",
                                                        "parallel.students=2", "parallel.teacher_stages=2",
                                                        "parallel.backend=\"mpi\""});
@@ -216,6 +217,19 @@ TEST(Config, WithoutLayoutKeepsTheGlobalBatchAndDropsTheRanks) {
   // The eval batches are micro-batches: a changed micro_batch is a changed run.
   const Config wider = parse_config(kMinimal, "d.toml", {"parallel.micro_batch=4", "parallel.students=2"});
   EXPECT_EQ(config_differences(without_layout(two), without_layout(wider)).size(), 1u);
+}
+
+// The rank order is a layout setting: one of two names, written out with the resolved config.
+TEST(Config, RankOrderIsRolesOrPipelinesAndRoundTrips) {
+  EXPECT_EQ(parse_config(kMinimal, "x.toml").parallel.rank_order, "roles");
+  const Config c = parse_config(kMinimal, "x.toml", {"parallel.rank_order=\"pipelines\""});
+  EXPECT_EQ(c.parallel.rank_order, "pipelines");
+  EXPECT_NE(to_toml(c).find("rank_order = \"pipelines\""), std::string::npos) << to_toml(c);
+  EXPECT_EQ(parse_config(to_toml(c), "resolved.toml").parallel.rank_order, "pipelines");
+  const std::string e = error_of(kMinimal, {"parallel.rank_order=\"colocated\""});
+  EXPECT_NE(e.find("x.toml: parallel.rank_order: must be \"roles\" | \"pipelines\", got \"colocated\""),
+            std::string::npos)
+      << e;
 }
 
 }  // namespace

@@ -14,11 +14,12 @@
 namespace deepen {
 namespace {
 
-ParallelConfig parallel(int64_t T, int64_t P, int64_t S) {
+ParallelConfig parallel(int64_t T, int64_t P, int64_t S, const std::string& rank_order = "roles") {
   ParallelConfig c;
   c.teacher_pipelines = T;
   c.teacher_stages = P;
   c.students = S;
+  c.rank_order = rank_order;
   return c;
 }
 
@@ -75,11 +76,93 @@ TEST(RankLayout, OnePipelineOfThreeStagesAndTwoStudents) {
   EXPECT_EQ(l.ranks[1].last_layer, 7);
 }
 
+// The header's pipelines-order example: each pipeline's stages, then the students it feeds.
+TEST(RankLayout, PipelinesOrderPutsEachPipelineBesideItsStudents) {
+  const RankLayout l = make_rank_layout(parallel(2, 2, 4, "pipelines"), 8, 36);
+  EXPECT_EQ(l.order, RankOrder::kPipelines);
+  const int pipeline[] = {0, 0, 0, 0, 1, 1, 1, 1};
+  const int stage[] = {0, 1, -1, -1, 0, 1, -1, -1};
+  const int student[] = {-1, -1, 0, 1, -1, -1, 2, 3};
+  for (int r = 0; r < 8; ++r) {
+    EXPECT_EQ(l.ranks[r].is_teacher(), stage[r] >= 0) << r;
+    EXPECT_EQ(l.ranks[r].pipeline, pipeline[r]) << r;
+    EXPECT_EQ(l.ranks[r].stage, stage[r]) << r;
+    EXPECT_EQ(l.ranks[r].student, student[r]) << r;
+  }
+  // The layer split follows the stage, not the rank: rank 5 is pipeline 1's last stage.
+  EXPECT_EQ(l.ranks[5].first_layer, 18);
+  EXPECT_EQ(l.ranks[5].last_layer, 36);
+  EXPECT_EQ(l.group_ranks(GroupKind::kTeacherPipeline, 0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(l.group_ranks(GroupKind::kTeacherPipeline, 1), (std::vector<int>{4, 5}));
+  EXPECT_EQ(l.group_ranks(GroupKind::kLogitChannel, 0), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(l.group_ranks(GroupKind::kLogitChannel, 1), (std::vector<int>{5, 6, 7}));
+  EXPECT_EQ(l.group_ranks(GroupKind::kStudents), (std::vector<int>{2, 3, 6, 7}));
+  EXPECT_EQ(l.teacher_rank(1, 0), 4);
+  EXPECT_EQ(l.student_rank(2), 6);
+}
+
+// The header's 2-node example: with 8 tasks per node, each node holds one logit channel whole.
+TEST(RankLayout, PipelinesOrderOnTwoNodesOfEightKeepsEachChannelOnItsNode) {
+  const RankLayout l = make_rank_layout(parallel(2, 4, 8, "pipelines"), 16, 36);
+  EXPECT_EQ(l.group_ranks(GroupKind::kLogitChannel, 0), (std::vector<int>{3, 4, 5, 6, 7}));
+  EXPECT_EQ(l.group_ranks(GroupKind::kLogitChannel, 1), (std::vector<int>{11, 12, 13, 14, 15}));
+  EXPECT_EQ(l.group_ranks(GroupKind::kStudents), (std::vector<int>{4, 5, 6, 7, 12, 13, 14, 15}));
+  for (int t = 0; t < 2; ++t)
+    for (int r : l.group_ranks(GroupKind::kLogitChannel, t)) EXPECT_EQ(r / 8, t) << "channel " << t << " rank " << r;
+  // The paper config's T=8, P=1, S=8: teacher and student alternate.
+  const RankLayout paper = make_rank_layout(parallel(8, 1, 8, "pipelines"), 16, 36);
+  for (int t = 0; t < 8; ++t) {
+    EXPECT_EQ(paper.teacher_rank(t, 0), 2 * t);
+    EXPECT_EQ(paper.student_rank(t), 2 * t + 1);
+  }
+}
+
+// One pipeline: nothing to interleave, the two orders are the same layout.
+TEST(RankLayout, OnePipelineGivesTheSameRanksInBothOrders) {
+  const RankLayout roles = make_rank_layout(parallel(1, 3, 4), 7, 12);
+  const RankLayout pipes = make_rank_layout(parallel(1, 3, 4, "pipelines"), 7, 12);
+  for (int r = 0; r < 7; ++r) {
+    EXPECT_EQ(roles.ranks[r].stage, pipes.ranks[r].stage) << r;
+    EXPECT_EQ(roles.ranks[r].student, pipes.ranks[r].student) << r;
+  }
+}
+
+TEST(RankLayout, AnUnknownRankOrderNamesTheKey) {
+  const std::string e = error_of([] { make_rank_layout(parallel(1, 1, 1, "mixed"), 2, 4); });
+  EXPECT_NE(e.find("parallel.rank_order"), std::string::npos) << e;
+  EXPECT_NE(e.find("\"mixed\""), std::string::npos) << e;
+}
+
+// Every world rank has exactly one role, and teacher_rank/student_rank are that map's inverse.
+TEST(RankLayout, TeacherAndStudentRanksCoverTheWorldOnceInBothOrders) {
+  for (const char* order : {"roles", "pipelines"}) {
+    for (auto [T, P, S] : {std::tuple{1, 1, 1}, {2, 1, 4}, {2, 3, 2}, {3, 2, 6}, {4, 1, 8}}) {
+      const RankLayout l = make_rank_layout(parallel(T, P, S, order), T * P + S, 12);
+      std::vector<int> seen(l.world_size, 0);
+      for (int t = 0; t < T; ++t)
+        for (int p = 0; p < P; ++p) {
+          const int r = l.teacher_rank(t, p);
+          ++seen.at(r);
+          EXPECT_EQ(l.ranks[r].pipeline, t);
+          EXPECT_EQ(l.ranks[r].stage, p);
+        }
+      for (int s = 0; s < S; ++s) {
+        const int r = l.student_rank(s);
+        ++seen.at(r);
+        EXPECT_EQ(l.ranks[r].student, s);
+        EXPECT_EQ(l.ranks[r].pipeline, s / (S / T));
+      }
+      EXPECT_EQ(seen, std::vector<int>(l.world_size, 1)) << order << " " << T << "x" << P << "+" << S;
+    }
+  }
+}
+
 // The slots handed to Communicator::split must reproduce group_ranks exactly: for every kind and
-// every rank, membership, color = group index and key = position in the group.
+// every rank, membership, color = group index and key = position in the group, in both orders.
 TEST(RankLayout, SplitSlotsReproduceTheGroups) {
-  for (auto [T, P, S] : {std::tuple{1, 1, 1}, {2, 1, 2}, {1, 2, 2}, {2, 2, 4}, {3, 2, 6}, {2, 3, 2}}) {
-    const RankLayout l = make_rank_layout(parallel(T, P, S), T * P + S, 12);
+  for (auto [T, P, S] : {std::tuple{1, 1, 1}, {2, 1, 2}, {1, 2, 2}, {2, 2, 4}, {3, 2, 6}, {2, 3, 2}})
+  for (const char* order : {"roles", "pipelines"}) {
+    const RankLayout l = make_rank_layout(parallel(T, P, S, order), T * P + S, 12);
     for (GroupKind kind : {GroupKind::kTeacherPipeline, GroupKind::kLogitChannel, GroupKind::kStudents}) {
       std::vector<std::vector<int>> from_slots(l.group_count(kind));
       for (int r = 0; r < l.world_size; ++r) {
@@ -92,7 +175,7 @@ TEST(RankLayout, SplitSlotsReproduceTheGroups) {
         g[s.key] = r;
       }
       for (int i = 0; i < l.group_count(kind); ++i)
-        EXPECT_EQ(from_slots[i], l.group_ranks(kind, i)) << T << "x" << P << "+" << S;
+        EXPECT_EQ(from_slots[i], l.group_ranks(kind, i)) << order << " " << T << "x" << P << "+" << S;
     }
   }
 }
@@ -159,6 +242,50 @@ TEST(Placement, ANodeWithTeachersAndStudentsIsRejectedOnSeveralNodes) {
   const RankLayout l = make_rank_layout(parallel(2, 2, 2), 6, 8);
   const std::string e = error_of([&] { check_placement(l, {"a", "a", "a", "b", "b", "b"}); });
   EXPECT_NE(e.find("node b hosts teacher ranks {3} and student ranks {4,5}"), std::string::npos) << e;
+}
+
+TEST(Placement, TheRolesErrorPointsToThePipelinesOrder) {
+  const RankLayout l = make_rank_layout(parallel(2, 2, 2), 6, 8);
+  const std::string e = error_of([&] { check_placement(l, {"a", "a", "a", "b", "b", "b"}); });
+  EXPECT_NE(e.find("parallel.rank_order = \"pipelines\""), std::string::npos) << e;
+  EXPECT_NE(e.find("= 3"), std::string::npos) << e;  // P + S/T = 2 + 1: the tasks per node that fit
+}
+
+// The intended pipelines layout: each node holds whole pipelines with their students (here the
+// same 3 tasks per node that the roles order rejects above).
+TEST(Placement, PipelinesOrderWithEachChannelOnOneNodePasses) {
+  const RankLayout l = make_rank_layout(parallel(2, 2, 2, "pipelines"), 6, 8);
+  EXPECT_TRUE(check_placement(l, {"a", "a", "a", "b", "b", "b"}).empty());
+  const RankLayout two = make_rank_layout(parallel(2, 4, 8, "pipelines"), 16, 36);
+  std::vector<std::string> hosts(16, "n0");
+  for (int r = 8; r < 16; ++r) hosts[r] = "n1";
+  EXPECT_TRUE(check_placement(two, hosts).empty());
+  // Two pipelines per node is as good: 1 stage + 2 students each, 6 tasks per node.
+  const RankLayout pairs = make_rank_layout(parallel(4, 1, 8, "pipelines"), 12, 8);
+  EXPECT_TRUE(check_placement(pairs, {"a", "a", "a", "a", "a", "a", "b", "b", "b", "b", "b", "b"}).empty());
+}
+
+// The header's example: students away from their last stage are named, per channel.
+TEST(Placement, PipelinesOrderWarnsAboutStudentsAwayFromTheirLastStage) {
+  const RankLayout l = make_rank_layout(parallel(2, 1, 4, "pipelines"), 6, 8);
+  const auto w = check_placement(l, {"a", "a", "b", "b", "c", "c"});
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_NE(w[0].find("logit channel 0: student ranks {2} are on b, not on a with pipeline 0's last stage (rank 0)"),
+            std::string::npos)
+      << w[0];
+  EXPECT_NE(w[1].find("logit channel 1: student ranks {4,5} are on c, not on b with pipeline 1's last stage (rank 3)"),
+            std::string::npos)
+      << w[1];
+  EXPECT_NE(w[1].find("a multiple of parallel.teacher_stages + students per pipeline = 3"), std::string::npos) << w[1];
+}
+
+// A pipeline spanning nodes still warns in the pipelines order; its channel, on the last stage's
+// node with the students, does not.
+TEST(Placement, PipelinesOrderStillWarnsAboutAPipelineSpanningNodes) {
+  const RankLayout l = make_rank_layout(parallel(1, 4, 2, "pipelines"), 6, 8);
+  const auto w = check_placement(l, {"a", "a", "b", "b", "b", "b"});
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("teacher pipeline 0 spans nodes a, b"), std::string::npos) << w[0];
 }
 
 TEST(Placement, APipelineSpanningNodesIsAWarning) {

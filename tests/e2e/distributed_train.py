@@ -11,6 +11,9 @@ Cases:
   layout-1x2+2     1 pipeline x 2 stages + 2 students == single process (loss, eval), through growth
   layout-2x1+4     2 pipelines x 1 stage + 4 students == single process
   layout-1x3+1     3-stage pipeline, one student: bit-identical to the single process
+  pipelines-2x1+4  parallel.rank_order = "pipelines" (each pipeline's stages, then its students):
+  pipelines-2x2+2  == single process; every rank's step_time/ role is the one that order gives it;
+                   bit-identical to the same layout in the roles order
   topk             top-k channel == single-process top-k; channel bytes/token = k*(4+4) + header
   hidden-1x1+1     hidden-state channel (students hold the teacher's head) == single-process hidden,
   hidden-1x2+2     on three layouts; channel bytes/token = 4*hidden + header (fp32 on the wire)
@@ -24,6 +27,8 @@ Cases:
                    every rank's step_time/ records cover its wall time within 5%
   resume-layout    a run on 2x1+4 stopped after 5 steps, resumed on 1x2+2 (same global batch) ==
                    continuing on 2x1+4
+  resume-rank-order  a 2x1+4 run in the pipelines order stopped after 5 steps, resumed in the roles
+                   order (rank_order is a layout setting) == continuing in the pipelines order
   sweep            `deepen study` of one joint run on 6 layouts (1 to 7 ranks), then `deepen report`:
                    the scaling table (a row per layout, each with the model's prediction and its
                    error), scaling.csv and the figure
@@ -239,6 +244,32 @@ class Cases:
         tol = 0.0 if students == 1 else 1e-5
         self.compare(single, dist, tol, f"layout {tag}")
 
+    def pipelines(self, pipelines, stages, students):
+        # The pipelines order moves ranks, not work: the same groups with the same keys, so the same
+        # sums in the same order as the roles order (layout cases: 1e-5 against the single process).
+        tag = f"{pipelines}x{stages}+{students}"
+        sets = [f"parallel.teacher_pipelines={pipelines}", f"parallel.teacher_stages={stages}",
+                f"parallel.students={students}", 'parallel.rank_order="pipelines"']
+        single = os.path.join(self.work, f"single-pipelines-{tag}")
+        dist = os.path.join(self.work, f"dist-pipelines-{tag}")
+        self.train(single, sets)
+        world = pipelines * stages + students
+        self.train(dist, sets, ranks=world)
+        self.compare(single, dist, 0.0 if students == 1 else 1e-5, f"rank order pipelines {tag}")
+        # The run really used that order: rank r's role (from its own step_time records) is
+        # pipeline by pipeline, stages then students, not teachers first.
+        group = stages + students // pipelines
+        want = ["teacher" if r % group < stages else "student" for r in range(world)]
+        got = [records(os.path.join(dist, "step_time"), f"rank{r}.jsonl")[0]["role"] for r in range(world)]
+        assert got == want, (got, want)
+        roles_order = ["teacher"] * (pipelines * stages) + ["student"] * students
+        assert got != roles_order, "the pipelines order must differ from the roles order here"
+        print(f"rank order pipelines {tag}: roles by rank {got}")
+        # Same groups, same keys, same arithmetic: the roles order's run is bit-identical.
+        roles = os.path.join(self.work, f"dist-roles-{tag}")
+        self.train(roles, sets[:-1], ranks=world)
+        self.compare(roles, dist, 0.0, f"rank order pipelines {tag} vs roles {tag}")
+
     def topk(self):
         sets = ['distill.logits="topk"', "distill.topk=8", "parallel.teacher_stages=2", "parallel.students=2"]
         single = os.path.join(self.work, "single-topk")
@@ -387,6 +418,22 @@ class Cases:
         # Steps 0-4 ran on 4 students, 5-8 on 2: sums in another order after the move (1e-5, as above).
         self.compare(whole, moved, 1e-5, "resume of a 2x1+4 run on 1x2+2 after step 5")
 
+    def resume_rank_order(self):
+        layout = ["parallel.teacher_pipelines=2", "parallel.students=4"]
+        pipes = layout + ['parallel.rank_order="pipelines"']
+        whole = os.path.join(self.work, "order-whole")
+        moved = os.path.join(self.work, "order-moved")
+        self.train(whole, pipes, ranks=6)
+        p = self.train(moved, pipes, ranks=6, check=False, extra=["--stop-after", "5"])
+        assert p.returncode == 3, f"stopped run should exit 3 (requeue), got {p.returncode}: {p.stderr[-2000:]}"
+        cmd = ["mpirun", "-np", "6", self.deepen, "train", self.base, "--quiet", "--set", f'run.out_dir="{moved}"'] + \
+              sum([["--set", s] for s in layout], [])
+        run(cmd, env=MPI_ENV)
+        with open(os.path.join(moved, "config.toml")) as f:
+            assert 'rank_order = "roles"' in f.read(), "the resumed run records the order it ran in"
+        # The resume tolerance of the `resume` case (a stop and restart, same sums otherwise).
+        self.compare(whole, moved, 1e-6, "resume of a pipelines-order 2x1+4 run in the roles order after step 5")
+
     def sweep(self):
         base = self.global_base()
         layouts = [(1, 1, 1), (1, 1, 2), (1, 2, 2), (2, 1, 2), (1, 1, 4), (1, 3, 4)]
@@ -499,9 +546,11 @@ def main():
     c = Cases(a.deepen, a.work)
     cases = {"setup": c.setup, "layout-1x2+2": lambda: c.layout(1, 2, 2), "layout-2x1+4": lambda: c.layout(2, 1, 4),
              "layout-1x3+1": lambda: c.layout(1, 3, 1), "topk": c.topk,
+             "pipelines-2x1+4": lambda: c.pipelines(2, 1, 4), "pipelines-2x2+2": lambda: c.pipelines(2, 2, 2),
              "hidden-1x1+1": lambda: c.hidden(1, 1, 1), "hidden-1x2+2": lambda: c.hidden(1, 2, 2),
              "hidden-2x1+2": lambda: c.hidden(2, 1, 2), "resume": c.resume, "paper": c.paper, "desync": c.desync,
-             "global-batch": c.global_batch, "resume-layout": c.resume_layout, "sweep": c.sweep,
+             "global-batch": c.global_batch, "resume-layout": c.resume_layout,
+             "resume-rank-order": c.resume_rank_order, "sweep": c.sweep,
              "gpu-asked": c.gpu_asked, "sharded-2": lambda: c.sharded(2), "sharded-3": lambda: c.sharded(3),
              "sharded-4": lambda: c.sharded(4)}
     cases[a.case]()

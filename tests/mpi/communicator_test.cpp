@@ -241,27 +241,30 @@ TEST(CommCollectives, IntegerSumsAndScalarGathersAreExact) {
   }
 }
 
-ParallelConfig parallel(int T, int P, int S) {
+ParallelConfig parallel(int T, int P, int S, const char* rank_order = "roles") {
   ParallelConfig c;
   c.teacher_pipelines = T;
   c.teacher_stages = P;
   c.students = S;
+  c.rank_order = rank_order;
   return c;
 }
 
 // Every group communicator holds exactly the layout's members, in the layout's order, and carries
 // messages: all-reduce within it sums its members, and the last teacher stage reaches each student.
+// Both rank orders (parallel.rank_order): in "pipelines" the students' ranks are not contiguous.
 TEST(RankGroups, GroupCommunicatorsHoldTheLayoutsMembers) {
   const std::vector<std::tuple<int, int, int>> layouts = {
       {1, 1, 1}, {1, 1, 2}, {1, 2, 1}, {2, 1, 2}, {1, 2, 2}, {1, 1, 3},
       {2, 2, 4}, {1, 4, 4}, {2, 1, 6}, {1, 3, 5}};
   auto world = make_mpi_communicator(mpi());
   int tried = 0;
+  for (const char* order : {"roles", "pipelines"})
   for (auto [T, P, S] : layouts) {
     if (T * P + S != world->size()) continue;
     ++tried;
-    SCOPED_TRACE("T=" + std::to_string(T) + " P=" + std::to_string(P) + " S=" + std::to_string(S));
-    const RankLayout layout = make_rank_layout(parallel(T, P, S), world->size(), 8);
+    SCOPED_TRACE(std::string(order) + " T=" + std::to_string(T) + " P=" + std::to_string(P) + " S=" + std::to_string(S));
+    const RankLayout layout = make_rank_layout(parallel(T, P, S, order), world->size(), 8);
     RankGroups groups = make_rank_groups(*world, layout);
     const std::pair<GroupKind, Communicator*> kinds[] = {
         {GroupKind::kTeacherPipeline, groups.teacher_pipeline.get()},

@@ -2,11 +2,13 @@
 // logit bytes, one layout's rates worked by hand, the ranking, and the printed paper plan.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "config/input_error.h"
+#include "dist/rank_layout.h"
 #include "model/hf_config.h"
 #include "plan/cost_model.h"
 #include "plan/memory_model.h"
@@ -204,15 +206,110 @@ TEST(CostModel, RankingRespectsTheRulesAndIsBestFirst) {
   EXPECT_EQ(ranked[0].S, 2);
 }
 
-// On several nodes teachers and students must not share one (dist/rank_layout.h's placement rule).
-TEST(CostModel, MultiNodeLayoutsKeepTeachersOnTheirOwnNodes) {
+// On several nodes a layout either keeps teachers and students on separate nodes (roles order:
+// dist/rank_layout.h's placement rule) or puts each pipeline on the node of its students (pipelines
+// order: every logit channel inside one node). Both kinds are listed.
+TEST(CostModel, MultiNodeLayoutsSeparateTheRolesOrKeepEachChannelOnItsNode) {
   ClusterSpec c = cluster_preset("h200");
   c.nodes = 2;
   PlanInput in = tiny_input();
   in.teacher = *known_qwen3_shape("qwen3-8b");
   in.student = {"student", 9, 1024, 16, 8, 64, 3072, 151936, true};
   in.seq_len = 4096;
-  for (const auto& e : rank_layouts(in, c)) EXPECT_EQ((e.T * e.P) % 8, 0) << e.T << "x" << e.P;
+  int roles = 0, pipelines = 0, pipelines_mixing_nodes = 0;
+  for (const auto& e : rank_layouts(in, c)) {
+    if (e.order == RankOrder::kRoles) {
+      ++roles;
+      EXPECT_EQ((e.T * e.P) % 8, 0) << e.T << "x" << e.P;
+      continue;
+    }
+    ++pipelines;
+    ParallelConfig p;
+    p.teacher_pipelines = e.T;
+    p.teacher_stages = e.P;
+    p.students = e.S;
+    p.rank_order = "pipelines";
+    const RankLayout l = make_rank_layout(p, static_cast<int>(e.devices), 36);
+    for (int t = 0; t < e.T; ++t)
+      for (int r : l.group_ranks(GroupKind::kLogitChannel, t))
+        EXPECT_EQ(r / 8, l.teacher_rank(t, static_cast<int>(e.P) - 1) / 8) << e.T << "x" << e.P << "+" << e.S;
+    if ((e.T * e.P) % 8 != 0 && e.devices > 8) ++pipelines_mixing_nodes;
+  }
+  EXPECT_GT(roles, 0);
+  EXPECT_GT(pipelines, 0);
+  // Layouts the separate-nodes rule alone never offered: teachers and students sharing both nodes.
+  EXPECT_GT(pipelines_mixing_nodes, 0);
+}
+
+// The header's examples of which layouts `deepen plan` offers in which order.
+TEST(CostModel, LayoutOfferedFollowsThePlacementOfEachOrder) {
+  ClusterSpec two = cluster_preset("h200");
+  two.nodes = 2;
+  EXPECT_TRUE(layout_offered(two, 2, 4, 8, RankOrder::kRoles));
+  EXPECT_TRUE(layout_offered(two, 2, 4, 8, RankOrder::kPipelines));
+  EXPECT_FALSE(layout_offered(two, 4, 3, 4, RankOrder::kRoles));
+  EXPECT_TRUE(layout_offered(two, 4, 3, 4, RankOrder::kPipelines));
+  EXPECT_FALSE(layout_offered(two, 5, 2, 5, RankOrder::kPipelines));  // pipeline 2: rank 7 | rank 8
+  EXPECT_TRUE(layout_offered(two, 8, 1, 8, RankOrder::kPipelines));   // the paper config's layout
+  EXPECT_FALSE(layout_offered(two, 1, 8, 8, RankOrder::kPipelines));  // T = 1: the same ranks as roles
+  EXPECT_TRUE(layout_offered(two, 1, 2, 6, RankOrder::kPipelines));   // fits node 0; roles' rule says no
+  ClusterSpec one = two;
+  one.nodes = 1;
+  EXPECT_TRUE(layout_offered(one, 2, 2, 4, RankOrder::kRoles));
+  EXPECT_FALSE(layout_offered(one, 2, 2, 4, RankOrder::kPipelines));  // one node: the same cost
+}
+
+// T=2, P=2, S=4 on 2 nodes of 4 devices, 1 GB/s inside a node, 10 kB/s between (a slow network
+// makes the tiny model's trade-off visible). Full fp32 logits of the tiny teacher: 32·4 + 64/16 =
+// 132 B per token. Gradients at depth 2: 4·1464 = 5856 B; a ring all-reduce over 4 students moves
+// 2·3/4 of them = 8784 B. grad_accum 8: a student step is 128 tokens, 128·9312/1e6 = 1.191936 s.
+//   roles:     teachers = node 0, students = node 1: the channel at 10 kB/s, T = 2 senders:
+//              2·1e4/132 = 151.5 tok/s; the all-reduce inside node 1: 8784/1e9 = 8.784 µs;
+//              students 4·128/1.191945 = 429.6 tok/s: the channel binds.
+//   pipelines: node t = pipeline t + students 2t, 2t+1: the channel at 1 GB/s: 2·1e9/132 tok/s;
+//              the all-reduce across nodes: 8784/1e4 = 0.8784 s; students 512/2.070336 = 247.3
+//              tok/s, below the teacher's 2/3.104 ms = 644 tok/s: the students bind.
+TEST(CostModel, PipelinesOrderKeepsTheLogitsOnTheNodeAndSendsTheGradientsAcross) {
+  ClusterSpec c = tiny_cluster();
+  c.nodes = 2;
+  c.inter_bw = 1e4;
+  PlanInput in = tiny_input();
+  in.grad_accum = 8;
+  const LayoutEstimate roles = estimate_layout(in, c, 2, 2, 4, RankOrder::kRoles);
+  const LayoutEstimate pipes = estimate_layout(in, c, 2, 2, 4, RankOrder::kPipelines);
+  EXPECT_EQ(pipes.order, RankOrder::kPipelines);
+  EXPECT_NEAR(roles.channel_tokens_per_s, 2 * 1e4 / 132.0, 1e-9);
+  EXPECT_NEAR(pipes.channel_tokens_per_s, 2 * 1e9 / 132.0, 1e-3);
+  EXPECT_NEAR(roles.student_tokens_per_s[0], 512 / (1.191936 + 8784 / 1e9), 1e-6);
+  EXPECT_NEAR(pipes.student_tokens_per_s[0], 512 / (1.191936 + 8784 / 1e4), 1e-6);
+  // The activations between stages stay inside a node in both orders.
+  EXPECT_DOUBLE_EQ(roles.teacher_stage_s_per_token, pipes.teacher_stage_s_per_token);
+  EXPECT_EQ(roles.bottleneck, "channel");
+  EXPECT_EQ(pipes.bottleneck, "students");
+  EXPECT_GT(pipes.mean_tokens_per_s, roles.mean_tokens_per_s);
+}
+
+// Channel-bound on two nodes (slow network, full logits): the co-located order wins, and the old
+// rule (T·P a multiple of the devices per node) would not even have listed the winner's kind.
+TEST(CostModel, ChannelBoundJobOnTwoNodesIsPlannedCoLocated) {
+  ClusterSpec c = tiny_cluster();
+  c.nodes = 2;
+  c.inter_bw = 1e4;
+  PlanInput in = tiny_input();
+  in.grad_accum = 8;
+  const auto ranked = rank_layouts(in, c);
+  ASSERT_FALSE(ranked.empty());
+  EXPECT_EQ(ranked[0].order, RankOrder::kPipelines);
+  EXPECT_NE(ranked[0].bottleneck, "channel");
+  bool separated_listed = false;
+  for (const auto& e : ranked) separated_listed |= e.order == RankOrder::kRoles && e.devices > 4;
+  EXPECT_TRUE(separated_listed) << "both kinds are listed";
+  const std::string text = describe_plan(in, c, ranked);
+  EXPECT_NE(text.find("rank_order = \"pipelines\" (tasks per node a multiple of " +
+                      std::to_string(ranked[0].P + ranked[0].S / ranked[0].T)),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(" pipelines "), std::string::npos) << text;
 }
 
 // The paper's setup: Qwen3-8B teacher, nine-layer student growing 1..9, top-64 logits, on two
@@ -235,10 +332,18 @@ TEST(CostModel, PaperPlanOnH200PrintsARecommendationWithNumbers) {
   const auto& best = ranked[0];
   EXPECT_TRUE(best.fits_memory);
   // The teacher forward of 8B (16.3 GFLOP/token) outweighs a 9-layer student's training
-  // (1.8 GFLOP/token at full depth), so the job is teacher bound and gets all teacher devices the
-  // node rule allows (one node of 8).
-  EXPECT_EQ(best.bottleneck, "teacher");
-  EXPECT_EQ(best.T * best.P, 8);
+  // (1.8 GFLOP/token at full depth). With teachers and students on separate nodes the job is
+  // teacher bound at the one node of 8 teacher devices the node rule allows.
+  const auto separated = std::find_if(ranked.begin(), ranked.end(),
+                                      [](const LayoutEstimate& e) { return e.order == RankOrder::kRoles; });
+  ASSERT_NE(separated, ranked.end());
+  EXPECT_EQ(separated->bottleneck, "teacher");
+  EXPECT_EQ(separated->T * separated->P, 8);
+  // Top-64 logits are light, so nothing stops a pipeline sharing a node with its students: the
+  // co-located order gives the teacher more than a node's devices and wins.
+  EXPECT_EQ(best.order, RankOrder::kPipelines);
+  EXPECT_GT(best.T * best.P, 8);
+  EXPECT_GT(best.mean_tokens_per_s, separated->mean_tokens_per_s * 1.005);
   const std::string text = describe_plan(in, c, ranked);
   EXPECT_NE(text.find("Recommendation: T="), std::string::npos) << text;
   EXPECT_NE(text.find("teacher_pipelines = " + std::to_string(best.T)), std::string::npos) << text;

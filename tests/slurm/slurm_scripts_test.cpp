@@ -7,9 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
+#include "config/config.h"
+#include "dist/rank_layout.h"
 #include "tests/control/control_test_util.h"
 #include "tests/test_paths.h"
 
@@ -261,6 +264,94 @@ TEST(SlurmScripts, MixedNodesWarnAndWrongRankCountsFailWithCode2) {
                  "missing");
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "missing.toml: no such config file")) << r.err;
+}
+
+// parallel.rank_order = "pipelines": each pipeline's stages, then its students; with 4 tasks per
+// node and 2 stages + 2 students per pipeline, each node holds one pipeline and its students, and
+// that mix is the point, not a warning.
+TEST(SlurmScripts, PipelinesOrderPutsEachPipelineOnItsStudentsNode) {
+  SlurmSandbox box;
+  const Ran r = run_script({"bash", slurm_dir() + "/run.sbatch", (box.dir / "run.toml").string(), "--set",
+                            "parallel.teacher_pipelines=4", "--set", "parallel.teacher_stages=2", "--set",
+                            "parallel.students=8", "--set", "parallel.rank_order=\"pipelines\""},
+                           box.env(true), "pipelines");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_TRUE(has(r.out, "rank 0 -> node01 (teacher p0 s0)\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "rank 1 -> node01 (teacher p0 s1)\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "rank 2 -> node01 (student 0)\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "rank 3 -> node01 (student 1)\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "rank 4 -> node02 (teacher p1 s0)\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "rank 14 -> node04 (student 6)\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "rank 15 -> node04 (student 7)\n")) << r.out;
+  EXPECT_FALSE(has(r.err, "warning")) << r.err;
+  // In the roles order, 6 teacher ranks on nodes of 4 leave node02 mixed: the warning names the
+  // other order and the tasks per node it needs (6 stages + 10 students = 16).
+  const Ran roles = run_script({"bash", slurm_dir() + "/run.sbatch", (box.dir / "run.toml").string(), "--set",
+                                "parallel.teacher_stages=6", "--set", "parallel.students=10"},
+                               box.env(true), "roles_mixed");
+  ASSERT_EQ(roles.code, 0) << roles.err;
+  EXPECT_TRUE(has(roles.err, "warning: node node02 holds both teacher and student ranks")) << roles.err;
+  EXPECT_TRUE(has(roles.err, "or set parallel.rank_order = \"pipelines\" with tasks per node a multiple of 16")) << roles.err;
+}
+
+// Pipelines order whose groups do not fit the nodes: 2 stages + 6 students per pipeline on nodes of
+// 4 tasks puts students 2..5 (ranks 4..7) on node02, away from pipeline 0's last stage on node01.
+TEST(SlurmScripts, PipelinesOrderWarnsAboutStudentsAwayFromTheirLastStageAndRejectsAnUnknownOrder) {
+  SlurmSandbox box;
+  const std::string config = (box.dir / "run.toml").string();
+  Ran r = run_script({"bash", slurm_dir() + "/run.sbatch", config, "--set", "parallel.teacher_pipelines=2", "--set",
+                      "parallel.teacher_stages=2", "--set", "parallel.rank_order=pipelines"},
+                     box.env(true), "pipelines_away");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_TRUE(has(r.out, "rank 8 -> node03 (teacher p1 s0)\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "rank 10 -> node03 (student 6)\n")) << r.out;
+  EXPECT_TRUE(has(r.err, "warning: pipeline 0's students (ranks 4 5 6 7) are not on node01 with its last stage "
+                         "(rank 1): their logits cross the network; make the tasks per node a multiple of 8")) << r.err;
+  EXPECT_TRUE(has(r.err, "warning: pipeline 1's students (ranks 12 13 14 15) are not on node03 with its last stage "
+                         "(rank 9)")) << r.err;
+  EXPECT_FALSE(has(r.err, "holds both teacher and student ranks")) << r.err;
+
+  r = run_script({"bash", slurm_dir() + "/run.sbatch", config, "--set", "parallel.rank_order=diagonal"}, box.env(true),
+                 "bad_order");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, config + ": parallel.rank_order: must be \"roles\" | \"pipelines\", got \"diagonal\""))
+      << r.err;
+}
+
+// The script's role map is the trainer's: for several layouts in both orders, deepen_role_of gives
+// every rank the role dist/rank_layout.h gives it.
+TEST(SlurmScripts, RoleOfEveryRankMatchesTheRankLayoutInBothOrders) {
+  std::string script = "source " + slurm_dir() + "/lib.sh\n";
+  std::string want;
+  for (const char* order : {"roles", "pipelines"}) {
+    for (auto [T, P, S] : {std::tuple{1, 3, 2}, {2, 2, 4}, {3, 1, 6}, {4, 2, 8}}) {
+      ParallelConfig p;
+      p.teacher_pipelines = T;
+      p.teacher_stages = P;
+      p.students = S;
+      p.rank_order = order;
+      const RankLayout l = make_rank_layout(p, T * P + S, 12);
+      for (int r = 0; r < l.world_size; ++r) {
+        script += "deepen_role_of " + std::to_string(r) + " " + std::to_string(T) + " " + std::to_string(P) + " " +
+                  std::to_string(S) + " " + order + "\n";
+        const RankInfo& i = l.ranks[r];
+        want += i.is_teacher() ? "teacher p" + std::to_string(i.pipeline) + " s" + std::to_string(i.stage) + "\n"
+                               : "student " + std::to_string(i.student) + "\n";
+      }
+    }
+  }
+  const Ran r = run_script({"bash", "-c", script}, {}, "role_of");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, want);
+}
+
+TEST(SlurmScripts, EveryScriptPassesShellcheck) {
+  if (std::system("command -v shellcheck > /dev/null 2>&1") != 0) GTEST_SKIP() << "shellcheck not installed";
+  // From the checkout's root, so that the sbatch scripts' `# shellcheck source=slurm/lib.sh` is followed.
+  const Ran r = run_script({"bash", "-c", "cd \"$0\" && exec shellcheck slurm/lib.sh slurm/run.sbatch slurm/study_array.sbatch",
+                            test::kSourceDir},
+                           {{"PATH", std::getenv("PATH")}}, "shellcheck");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
 }
 
 // The same cases as dist/slurm_env.h's expand_nodelist documents, so both expansions agree.
