@@ -484,6 +484,7 @@ Config without_layout(const Config& cfg) {
   // trained; a sharded checkpoint resumes replicated and the other way round (train/optimizer_state_files.h).
   p.sharding = defaults.sharding;
   p.bucket_cap_mb = defaults.bucket_cap_mb;
+  p.overlap_grad_reduce = defaults.overlap_grad_reduce;
   p.rank_order = defaults.rank_order;
   return c;
 }

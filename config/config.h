@@ -199,12 +199,15 @@ struct ParallelConfig {
   // AdamW moments sharded over the students, updated parameters all-gathered; train/sharded_adamw.h).
   std::string sharding = "none";
   double bucket_cap_mb = 32;       // gradient bucket of the students' reduction (DDP's bucket_cap_mb)
+  // Launch each bucket's reduction from inside the last micro-batch's backward as soon as its
+  // gradients are final (train/gradient_buckets.h); false: all after the backward. Same bits.
+  bool overlap_grad_reduce = true;
   template <class V> void visit(V& v) {
     v("teacher_pipelines", teacher_pipelines); v("teacher_stages", teacher_stages);
     v("students", students); v("micro_batch", micro_batch); v("grad_accum", grad_accum);
     v("global_batch", global_batch); v("backend", backend); v("activation_dtype", activation_dtype);
     v("max_in_flight", max_in_flight); v("rank_order", rank_order); v("sharding", sharding);
-    v("bucket_cap_mb", bucket_cap_mb);
+    v("bucket_cap_mb", bucket_cap_mb); v("overlap_grad_reduce", overlap_grad_reduce);
   }
 };
 

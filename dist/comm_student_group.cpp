@@ -79,6 +79,44 @@ void CommStudentGroup::all_gather(const at::Tensor& shard, const at::Tensor& ful
   if (!direct) full.copy_(out);
 }
 
+namespace {
+
+// A posted collective of the communicator; a finished one (single student, or done at once).
+class CommPending final : public StudentGroup::Pending {
+ public:
+  explicit CommPending(std::unique_ptr<Request> request) : request_(std::move(request)) {}
+  void wait() override {
+    if (request_) request_->wait();
+  }
+  bool test() override { return !request_ || request_->test(); }
+
+ private:
+  std::unique_ptr<Request> request_;
+};
+
+}  // namespace
+
+bool CommStudentGroup::overlaps_on(const at::Device& device) const { return device == comm_.device(); }
+
+std::unique_ptr<StudentGroup::Pending> CommStudentGroup::start_average(const at::Tensor& bucket) {
+  if (comm_.size() == 1) return std::make_unique<CommPending>(nullptr);
+  if (!overlaps_on(bucket.device()) || !bucket.is_contiguous()) {  // staged: at once
+    average({bucket});
+    return std::make_unique<CommPending>(nullptr);
+  }
+  return std::make_unique<CommPending>(comm_.iall_reduce_avg(bucket));
+}
+
+std::unique_ptr<StudentGroup::Pending> CommStudentGroup::start_reduce_scatter_avg(const at::Tensor& full,
+                                                                                  const at::Tensor& shard) {
+  if (comm_.size() == 1 || !overlaps_on(full.device()) || !overlaps_on(shard.device()) || !full.is_contiguous() ||
+      !shard.is_contiguous()) {
+    reduce_scatter_avg(full, shard);
+    return std::make_unique<CommPending>(nullptr);
+  }
+  return std::make_unique<CommPending>(comm_.ireduce_scatter_avg(full, shard));
+}
+
 std::vector<double> CommStudentGroup::sum(const std::vector<double>& values) {
   at::Tensor t = at::tensor(values, at::kDouble).to(comm_.device());  // NCCL reduces device memory only
   if (comm_.size() > 1) comm_.all_reduce_sum(t);

@@ -23,6 +23,9 @@ class CommStudentGroup : public StudentGroup {
   void broadcast_from_first(const std::vector<at::Tensor>& tensors) override;
   void reduce_scatter_avg(const at::Tensor& full, const at::Tensor& shard) override;
   void all_gather(const at::Tensor& shard, const at::Tensor& full) override;
+  std::unique_ptr<Pending> start_average(const at::Tensor& bucket) override;
+  std::unique_ptr<Pending> start_reduce_scatter_avg(const at::Tensor& full, const at::Tensor& shard) override;
+  bool overlaps_on(const at::Device& device) const override;
   std::vector<double> sum(const std::vector<double>& values) override;
   void check_same(uint64_t checksum, const std::string& what, int64_t step) override;
 

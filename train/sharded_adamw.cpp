@@ -18,7 +18,7 @@ at::Tensor flat(const at::Tensor& t) { return t.view({-1}); }
 }  // namespace
 
 ShardedAdamW::ShardedAdamW(AdamWOptions options, StudentGroup& group, int64_t bucket_bytes)
-    : options_(options), group_(group), bucket_bytes_(bucket_bytes) {
+    : options_(options), group_(group), bucket_bytes_(bucket_bytes), buckets_(group, GradientBuckets::Mode::kReduceScatter) {
   if (bucket_bytes_ < 1) throw std::invalid_argument("ShardedAdamW: bucket_bytes must be >= 1");
 }
 
@@ -27,6 +27,14 @@ void ShardedAdamW::clear() {
   layout_ = ShardLayout{};
   owned_.clear();
   exp_avg_ = exp_avg_sq_ = at::Tensor();
+  buckets_.set_parameters({}, layout_);
+}
+
+void ShardedAdamW::arm_reduction() {
+  if (params_.empty()) return;
+  grad_shard_ = at::zeros({layout_.shard_numel()}, exp_avg_.options());
+  buckets_.set_shard(grad_shard_);
+  buckets_.arm();
 }
 
 std::vector<std::string> ShardedAdamW::names() const {
@@ -65,7 +73,9 @@ void ShardedAdamW::set_parameters(const std::vector<std::pair<std::string, at::T
   for (size_t i = 0; same && i < params.size(); ++i)
     same = params[i].first == params_[i].name && params[i].second.numel() == params_[i].tensor.numel();
   if (same) {  // a re-bind (e.g. after a resume loaded new tensors): layout and state stay
-    for (size_t i = 0; i < params.size(); ++i) params_[i].tensor = params[i].second;
+    std::vector<at::Tensor> tensors;
+    for (size_t i = 0; i < params.size(); ++i) tensors.push_back(params_[i].tensor = params[i].second);
+    buckets_.set_parameters(tensors, layout_);
     return;
   }
   // Moments that survive the change travel through the host; every rank takes the same branch
@@ -96,6 +106,9 @@ void ShardedAdamW::set_parameters(const std::vector<std::pair<std::string, at::T
   const int64_t bucket_elements = std::max<int64_t>(1, bucket_bytes_ / params_.front().tensor.element_size());
   layout_ = make_shard_layout(numels, group_.size(), bucket_elements);
   owned_ = layout_.owned(group_.rank());
+  std::vector<at::Tensor> tensors;
+  for (const Param& p : params_) tensors.push_back(p.tensor);
+  buckets_.set_parameters(tensors, layout_);
   exp_avg_ = at::zeros({layout_.shard_numel()}, opts);
   exp_avg_sq_ = at::zeros({layout_.shard_numel()}, opts);
   for (const ShardLayout::Owned& o : owned_) {
@@ -109,24 +122,11 @@ void ShardedAdamW::set_parameters(const std::vector<std::pair<std::string, at::T
 double ShardedAdamW::reduce_gradients() {
   at::NoGradGuard no_grad;
   if (params_.empty()) return 0;
-  const at::TensorOptions opts = exp_avg_.options();
-  grad_shard_ = at::zeros({layout_.shard_numel()}, opts);
-  has_grad_.assign(params_.size(), false);
-  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
-    const int64_t bi = static_cast<int64_t>(b);
-    const ShardLayout::Bucket& bucket = layout_.buckets[b];
-    at::Tensor whole = at::zeros({bucket.size}, opts);
-    for (int64_t p = bucket.first_param; p < bucket.end_param; ++p) {
-      Param& param = params_[static_cast<size_t>(p)];
-      const at::Tensor grad = param.tensor.grad();
-      if (!grad.defined()) continue;
-      const ShardLayout::Placement& pl = layout_.params[static_cast<size_t>(p)];
-      whole.narrow(0, pl.offset, pl.numel).copy_(grad.reshape({-1}));
-      has_grad_[static_cast<size_t>(p)] = true;
-      param.tensor.mutable_grad() = at::Tensor();  // the bucket holds it now: frees the memory early
-    }
-    group_.reduce_scatter_avg(whole, grad_shard_.narrow(0, layout_.shard_offset(bi), layout_.chunk(bi)));
+  if (!grad_shard_.defined()) {  // not armed: every bucket goes now
+    grad_shard_ = at::zeros({layout_.shard_numel()}, exp_avg_.options());
+    buckets_.set_shard(grad_shard_);
   }
+  has_grad_ = buckets_.finish();
   // The norm of the mean gradient: each rank's owned slices (padding is zero), summed in fp64.
   const double local_sq = grad_shard_.to(at::kDouble).pow(2).sum().item<double>();
   return std::sqrt(group_.sum({local_sq})[0]);

@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "train/adamw.h"
+#include "train/gradient_buckets.h"
 #include "train/shard_layout.h"
 
 namespace deepen {
@@ -42,6 +43,9 @@ class ShardedAdamW {
   //   update: clips the mean gradient to max_norm (0: off) as the replicated trainer clips, then
   //     AdamW at `lr` on this rank's slices (local).
   //   gather_parameters: the updated slices all-gathered into every rank's whole parameters.
+  //   arm_reduction (optional, before the backward pass that completes the gradients): buckets
+  //     are reduce-scattered from inside that backward as they fill (train/gradient_buckets.h).
+  void arm_reduction();
   double reduce_gradients();
   void update(double lr, double max_norm, double norm);
   void gather_parameters();
@@ -76,6 +80,7 @@ class ShardedAdamW {
   // Between reduce_gradients and update: this rank's slice of the mean gradient, and which
   // parameters had a gradient (a parameter without one is skipped, as AdamW skips it).
   at::Tensor grad_shard_, param_shard_;
+  GradientBuckets buckets_;
   std::vector<bool> has_grad_;
   int64_t bucket_bytes_;
   std::vector<Param> params_;

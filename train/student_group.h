@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,20 @@ class StudentGroup {
   // all_gather fills full[r·n, (r+1)·n) with student r's shard, bit for bit.
   virtual void reduce_scatter_avg(const at::Tensor& full, const at::Tensor& shard) = 0;
   virtual void all_gather(const at::Tensor& shard, const at::Tensor& full) = 0;
+  // The same two reductions posted without waiting, for a bucket launched while the backward pass
+  // still runs (train/gradient_buckets.h); the result may be read after the handle's wait().
+  // overlaps_on(device): whether posting from inside the backward pass is possible for tensors on
+  // `device` (not when they would be staged through host memory: that is a blocking copy, and on
+  // CUDA the backward's hooks run on another thread than the one driving MPI).
+  class Pending {
+   public:
+    virtual ~Pending() = default;
+    virtual void wait() = 0;
+    virtual bool test() = 0;  // true once complete; drives MPI's progress when polled
+  };
+  virtual std::unique_ptr<Pending> start_average(const at::Tensor& bucket) = 0;
+  virtual std::unique_ptr<Pending> start_reduce_scatter_avg(const at::Tensor& full, const at::Tensor& shard) = 0;
+  virtual bool overlaps_on(const at::Device& device) const = 0;
   // Sum of a few doubles over students (loss sums, token counts).
   virtual std::vector<double> sum(const std::vector<double>& values) = 0;
   // Throws std::runtime_error naming `what`, the step and the disagreeing ranks unless every
@@ -40,8 +55,20 @@ class SoloStudentGroup : public StudentGroup {
   void broadcast_from_first(const std::vector<at::Tensor>&) override {}
   void reduce_scatter_avg(const at::Tensor& full, const at::Tensor& shard) override { shard.copy_(full); }
   void all_gather(const at::Tensor& shard, const at::Tensor& full) override { full.copy_(shard); }
+  std::unique_ptr<Pending> start_average(const at::Tensor&) override { return std::make_unique<Done>(); }
+  std::unique_ptr<Pending> start_reduce_scatter_avg(const at::Tensor& full, const at::Tensor& shard) override {
+    shard.copy_(full);
+    return std::make_unique<Done>();
+  }
+  bool overlaps_on(const at::Device&) const override { return true; }
   std::vector<double> sum(const std::vector<double>& values) override { return values; }
   void check_same(uint64_t, const std::string&, int64_t) override {}
+
+ private:
+  struct Done : Pending {
+    void wait() override {}
+    bool test() override { return true; }
+  };
 };
 
 }  // namespace deepen

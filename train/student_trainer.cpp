@@ -183,11 +183,27 @@ void Trainer::register_parameters() {
     return;
   }
   std::vector<std::string> trainable;
+  std::vector<at::Tensor> tensors;
+  std::vector<int64_t> numels;
   for (const auto& [name, p] : trainable_params) {
     optimizer_->add(name, p);
     trainable.push_back(name);
+    tensors.push_back(p);
+    numels.push_back(p.numel());
   }
   optimizer_->keep_only(trainable);
+  if (group_.size() > 1) {
+    if (!reducer_) reducer_.emplace(group_, GradientBuckets::Mode::kAverage);
+    const int64_t bucket_bytes = static_cast<int64_t>(cfg_.parallel.bucket_cap_mb * (1 << 20));
+    const int64_t elem = tensors.empty() ? 4 : tensors.front().element_size();
+    reducer_->set_parameters(tensors, make_shard_layout(numels, 1, std::max<int64_t>(1, bucket_bytes / elem)));
+  }
+}
+
+void Trainer::arm_gradient_reduction() {
+  if (!cfg_.parallel.overlap_grad_reduce) return;
+  if (sharded_) sharded_->arm_reduction();
+  else if (reducer_) reducer_->arm();
 }
 
 bool Trainer::reset_each_phase() const { return cfg_.curriculum.phase_policy == "reset"; }
@@ -262,6 +278,8 @@ Trainer::StepLosses Trainer::train_step(int64_t step, const std::vector<BatchKey
       return run_.teacher ? run_.teacher->targets(mb) : TeacherTargets::none();
     });
     prefetch(i + 1);
+    // The last micro-batch's backward completes the step's gradients: its buckets may go early.
+    if (i + 1 == micro.size()) arm_gradient_reduction();
     timer_.time(StudentPart::kCompute, [&] {
       const at::Tensor hidden = student_->forward_hidden(mb.inputs.to(device_));
       const DistillLoss l =
@@ -292,11 +310,11 @@ double Trainer::reduce_and_update(double lr) {
     timer_.time(StudentPart::kGradSync, [&] { sharded_->gather_parameters(); });
     return norm;
   }
+  if (reducer_) timer_.time(StudentPart::kGradSync, [&] { reducer_->finish(); });
   std::vector<at::Tensor> grads;
   for (const auto& [name, p] : student_->named_trainable_parameters()) {
     if (p.grad().defined()) grads.push_back(p.grad());
   }
-  timer_.time(StudentPart::kGradSync, [&] { group_.average(grads); });
   return timer_.time(StudentPart::kOptimizer, [&] {
     const double norm = clip_gradients(grads);
     optimizer_->step(lr);

@@ -25,6 +25,7 @@
 #include "train/sharded_adamw.h"
 #include "train/batch_order.h"
 #include "train/distill_loss.h"
+#include "train/gradient_buckets.h"
 #include "train/student_trainer.h"
 
 namespace deepen {
@@ -57,6 +58,8 @@ class Trainer {
   // The step's gradient reduction and update: replicated (bucketed all-reduce, clip, AdamW) or
   // sharded (reduce-scatter, clip, AdamW on this rank's slices, all-gather). Returns the norm.
   double reduce_and_update(double lr);
+  // parallel.overlap_grad_reduce: lets the coming backward launch the gradient buckets.
+  void arm_gradient_reduction();
   void print_progress(const StepReport& r) const;
 
   // trainer_eval.cpp: validation CE and KL over the eval batches this student owns.
@@ -96,6 +99,8 @@ class Trainer {
   // 1/S shard ("grad_op").
   std::optional<AdamW> optimizer_;
   std::optional<ShardedAdamW> sharded_;
+  // Replicated with more than one student: the gradient all-reduce, bucket by bucket.
+  std::optional<GradientBuckets> reducer_;
   std::optional<RunRecords> records_;
   TrainProgress progress_;
   StepTimer timer_{student_time_parts()};  // every student rank times its steps

@@ -37,6 +37,8 @@ Cases:
   sharded-4        == the replicated run on the same layout, through two growth events (moments kept and
                    re-sharded on S = 3, phase resets on S = 2, 4), clipping on; the checkpoint holds one
                    optimizer shard per student. sharded-4 also resumes its S = 4 checkpoint on S = 2.
+  overlap          parallel.overlap_grad_reduce = false vs true (buckets launched from inside the last
+                   micro-batch's backward), replicated and sharded on S = 3: bit-identical
   gpu-asked        a 2-rank job asking for CUDA and NCCL where they cannot be had fails at start
                    with exit 2 naming the key, nothing trained: no silent CPU or MPI run
 """
@@ -510,6 +512,21 @@ class Cases:
                 assert json.load(f)["students"] == 2
             self.compare(replicated, moved, 1e-5, "sharded S=4 stopped after step 5, resumed sharded on S=2")
 
+    def overlap(self):
+        # Launching a bucket's collective inside the backward changes when it runs, not what it
+        # sums: the same collectives on the same buckets, so the runs must be the same bits.
+        base = self.global_base()
+        sets = ["parallel.global_batch=12", "parallel.micro_batch=1", "parallel.students=3",
+                "parallel.bucket_cap_mb=0.0009765625"]
+        for sharding in ("none", "grad_op"):
+            runs = []
+            for overlap in ("true", "false"):
+                out = os.path.join(self.work, f"overlap-{sharding}-{overlap}")
+                self.train(out, sets + [f'parallel.sharding="{sharding}"', f"parallel.overlap_grad_reduce={overlap}"],
+                           ranks=4, base=base)
+                runs.append(out)
+            self.compare(runs[0], runs[1], 0.0, f"sharding {sharding}: gradient buckets launched during vs after the backward")
+
     def desync(self):
         sets = ["parallel.teacher_stages=2", "parallel.students=2"]
         p = self.train(os.path.join(self.work, "dist-desync"), sets, ranks=4, check=False,
@@ -552,7 +569,7 @@ def main():
              "global-batch": c.global_batch, "resume-layout": c.resume_layout,
              "resume-rank-order": c.resume_rank_order, "sweep": c.sweep,
              "gpu-asked": c.gpu_asked, "sharded-2": lambda: c.sharded(2), "sharded-3": lambda: c.sharded(3),
-             "sharded-4": lambda: c.sharded(4)}
+             "sharded-4": lambda: c.sharded(4), "overlap": c.overlap}
     cases[a.case]()
 
 
