@@ -4,7 +4,7 @@
 //
 //   build-x/bench/student_step_bench [--threads 2] [--batch 8] [--seq 256] [--steps 10]
 //                                    [--kernels auto|fused|aten] [--python-env GLIBC_TUNABLES=...]
-//                                    [--no-malloc-tuning]
+//                                    [--no-malloc-tuning] [--profile PATH]
 //
 // Model (fixed, stated): 9 blocks, hidden 256, 4 heads, 2 KV heads, head_dim 64, intermediate 768,
 // vocab 256 (the byte tokenizer's ids; --vocab 151936 for Qwen3's), tied embeddings, pre-norm,
@@ -14,13 +14,16 @@
 // Method: after warm-up, deepen and Python steps alternate one by one (Python is a child process
 // answering "step" requests), so both see the same load on a shared machine; each side reports its
 // median step; the ratio is of the medians. Python runs with the environment this process has,
-// plus --python-env.
+// plus --python-env. Each side's step times are printed in order, so the spread shows.
+// --profile PATH: one step of each side profiled instead (deepen's trace at PATH, transformers'
+// torch.profiler trace at PATH.transformers.json), for an op-by-op comparison.
 #include <fcntl.h>
 #include <malloc.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -126,11 +129,13 @@ int main(int argc, char** argv) {
   app.add_option("--kernels", o.kernels, "auto | fused | aten (the HF op sequence), as student.cpu_kernels");
   bool unfused = false;
   app.add_flag("--unfused", unfused, "same as --kernels aten");
-  app.add_option("--profile", o.profile, "write a chrome trace of one deepen step here and stop");
+  app.add_option("--profile", o.profile, "write a chrome trace of one deepen step here (and of one transformers step to PATH.transformers.json) and stop");
   app.add_flag("!--no-malloc-tuning", o.malloc_tuning,
                "leave glibc malloc's defaults (else: mmap threshold 32 MB, no trimming, as deepen's binary)");
   CLI11_PARSE(app, argc, argv);
   if (unfused) o.kernels = "aten";
+  // A Python child that has already exited (--profile) must not kill us when told "quit".
+  std::signal(SIGPIPE, SIG_IGN);
   if (o.malloc_tuning) {
     // Tensors up to 32 MB come from the heap and freed pages stay mapped: a training step reuses
     // the same sizes every time, and on VMs each first touch of a fresh page costs ~11 us.
@@ -180,7 +185,6 @@ int main(int argc, char** argv) {
   if (!o.profile.empty()) {
     torch::autograd::profiler::RecordProfile guard(o.profile);
     step();
-    return 0;
   }
   const bool baseline = o.baseline && spec.norm == deepen::NormPlacement::kPre;
 
@@ -189,14 +193,23 @@ int main(int argc, char** argv) {
   double py_first_loss = 0;
   if (baseline) {
     deepen::export_student_hf(student, (dir / "hf").string());
-    python = std::make_unique<PythonChild>(
-        std::vector<std::string>{deepen::test::kPython,
-                                 std::string(deepen::test::kSourceDir) + "/bench/student_step_bench.py",
-                                 "--serve", "--model", (dir / "hf").string(), "--batch", std::to_string(o.batch),
-                                 "--seq", std::to_string(o.seq), "--warmup", std::to_string(o.warmup),
-                                 "--threads", std::to_string(o.threads)},
-        o.python_env);
+    std::vector<std::string> argv{deepen::test::kPython,
+                                  std::string(deepen::test::kSourceDir) + "/bench/student_step_bench.py",
+                                  "--model", (dir / "hf").string(), "--batch", std::to_string(o.batch),
+                                  "--seq", std::to_string(o.seq), "--warmup", std::to_string(o.warmup),
+                                  "--threads", std::to_string(o.threads)};
+    // --profile: the same step profiled on the Python side too, so the two traces compare op by op.
+    if (!o.profile.empty()) argv.insert(argv.end(), {"--profile", o.profile + ".transformers.json"});
+    else argv.push_back("--serve");
+    python = std::make_unique<PythonChild>(argv, o.python_env);
     py_first_loss = python->read().at("first_loss").get<double>();
+  }
+  if (!o.profile.empty()) {
+    python.reset();
+    std::filesystem::remove_all(dir);
+    std::printf("traces: %s (deepen)%s\n", o.profile.c_str(),
+                baseline ? (", " + o.profile + ".transformers.json (transformers)").c_str() : "");
+    return 0;
   }
   std::vector<double> deepen_ms, py_ms;
   for (int64_t i = 0; i < o.steps; ++i) {
@@ -206,6 +219,15 @@ int main(int argc, char** argv) {
   python.reset();
   std::filesystem::remove_all(dir);
 
+  // Every step, in the order run: on a loaded machine single steps swing by several times, and a
+  // ratio of medians is only worth what the spread around it shows.
+  auto print_steps = [](const char* who, const std::vector<double>& ms) {
+    std::printf("%s steps ms:", who);
+    for (double m : ms) std::printf(" %.1f", m);
+    std::printf("\n");
+  };
+  print_steps("deepen      ", deepen_ms);
+  if (!py_ms.empty()) print_steps("transformers", py_ms);
   const double tokens = static_cast<double>(o.batch * o.seq);
   const double deepen_tps = tokens / (median(deepen_ms) / 1e3);
   std::printf("deepen (C++ LibTorch):       %8.0f tokens/s  (median step %7.1f ms, first loss %.6f)\n",

@@ -6,6 +6,7 @@ both sides run the very same weights on the very same token ids.
 
   python3 bench/student_step_bench.py --model DIR --batch 8 --seq 256 --steps 10 --warmup 2 --threads 2
 
+With --profile PATH it writes a chrome trace of one step after the warm-up and stops.
 Prints one JSON line: {"tokens_per_s": ..., "step_ms": [...], "first_loss": ...}.
 With --serve it instead prints {"ready": true, "first_loss": ...} after the warm-up, then runs one
 step per "step" line read from stdin and answers each with {"ms": ...}, until "quit": the C++ bench
@@ -37,6 +38,8 @@ def main():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--serve", action="store_true")
+    p.add_argument("--profile", help="write a chrome trace of one step (torch.profiler) here and stop, "
+                   "to compare op by op with the C++ bench's --profile")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     model = Qwen3ForCausalLM.from_pretrained(a.model, dtype=torch.float32)
@@ -55,6 +58,13 @@ def main():
     first_loss = step()
     for _ in range(a.warmup - 1):
         step()
+    if a.profile:
+        from torch.profiler import profile, ProfilerActivity
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            step()
+        prof.export_chrome_trace(a.profile)
+        print(json.dumps({"first_loss": first_loss}), flush=True)
+        return
     if a.serve:
         print(json.dumps({"ready": True, "first_loss": first_loss}), flush=True)
         for line in sys.stdin:

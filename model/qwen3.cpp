@@ -288,12 +288,16 @@ bool use_fused_qkv_rope(const DecoderSpec& spec, const at::Tensor& x) {
   std::vector<std::vector<int64_t>> shapes = {{cal_b, cal_t, hidden}, {spec.heads * d, hidden}, {spec.kv_heads * d, hidden},
                                               {spec.kv_heads * d, hidden}, {d}, {d}};
   if (spec.attention_bias) shapes.insert(shapes.end(), {{spec.heads * d}, {spec.kv_heads * d}, {spec.kv_heads * d}});
+  // The rope tables are built on the first timed call, not here: this runs on every attention
+  // forward, and tables built eagerly (two per call, each a cos and a sin of [T, d]) added 36
+  // elementwise ops to every step of a 9-layer student that nothing read once the decision was
+  // cached, or never needed (fused, aten).
   auto run = [spec, cal_t](bool fused) -> StepFn {
-    auto rope = std::make_shared<Rotary>(make_rotary(cal_t, spec.head_dim, spec.rope_theta, at::kFloat, at::kCPU));
-    return [spec, rope, fused](const std::vector<at::Tensor>& in) {
+    return [spec, cal_t, fused, rope = std::make_shared<std::optional<Rotary>>()](const std::vector<at::Tensor>& in) {
+      if (!*rope) *rope = make_rotary(cal_t, spec.head_dim, spec.rope_theta, at::kFloat, at::kCPU);
       QkvWeights w{in[1], in[2], in[3], {}, {}, {}, in[4], in[5]};
       if (in.size() > 6) std::tie(w.q_bias, w.k_bias, w.v_bias) = std::tie(in[6], in[7], in[8]);
-      return fused ? qkv_rope_fused(in[0], w, *rope, spec) : qkv_rope_ops(in[0], w, *rope, spec);
+      return fused ? qkv_rope_fused(in[0], w, **rope, spec) : qkv_rope_ops(in[0], w, **rope, spec);
     };
   };
   return process_cpu_kernel_calibration().use_fused(
