@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/input_error.h"
+#include "config/layout_label.h"
 #include "model/hf_config.h"
 #include "model/layer_split.h"
 #include "plan/memory_model.h"
@@ -662,8 +663,7 @@ std::vector<CheckRow> check_against_runs(const ClusterSpec& cluster, const std::
                              train_flops_per_token(in.student, depth, in.seq_len) / c.mfu;
         r.predicted = c.flops * static_cast<double>(threads) / flops;
       } else {
-        r.layout = std::to_string(p.teacher_pipelines) + "x" + std::to_string(p.teacher_stages) + "+" +
-                   std::to_string(p.students) + " (" + std::to_string(world) + " ranks)";
+        r.layout = layout_label(p) + " (" + std::to_string(world) + " ranks)";
         const auto it = std::find(in.stage_depths.begin(), in.stage_depths.end(), depth);
         const size_t k = it == in.stage_depths.end() ? e.job_tokens_per_s.size() - 1 : static_cast<size_t>(it - in.stage_depths.begin());
         r.predicted = e.job_tokens_per_s[k];
