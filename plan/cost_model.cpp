@@ -519,9 +519,9 @@ std::string describe_plan(const PlanInput& in, const ClusterSpec& c, const std::
     << si(best.student_tokens_per_s.back(), "tokens/s") << ", job " << si(best.mean_tokens_per_s, "tokens/s")
     << " over the curriculum (" << si(best.mean_tokens_per_s / static_cast<double>(best.devices), "tokens/s")
     << " per device); bound by " << best.bottleneck << "; " << best.memory_note << "\n"
-    << "  [parallel] teacher_pipelines = " << best.T << ", teacher_stages = " << best.P << ", students = " << best.S
-    << ", rank_order = \"" << rank_order_name(best.order) << "\"";
+    << "  [parallel] teacher_pipelines = " << best.T << ", teacher_stages = " << best.P << ", students = " << best.S;
   if (in.sharding != "none") o << ", sharding = \"" << in.sharding << "\"";
+  o << ", rank_order = \"" << rank_order_name(best.order) << "\"";
   if (best.order == RankOrder::kPipelines)
     o << " (tasks per node a multiple of " << best.P + best.S / best.T << " = " << best.P << " stage(s) + "
       << best.S / best.T << " student(s) per pipeline)";

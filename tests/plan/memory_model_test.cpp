@@ -217,7 +217,7 @@ TEST(MemoryModel, PaperConfigMicroBatchIsTheLargestThatFitsWithinTheModelsMeasur
   const std::string text = describe_plan(in, c, rank_layouts(in, c));
   for (const char* want : {"parallel.sharding = \"grad_op\" over S=8 (AdamW moments sharded", "AdamW 2.2 (1/8)",
                            "optimizer step: ", "with parallel.sharding = \"none\": 82.4 -> would not fit",
-                           "student GiB", "sharding = \"grad_op\""})
+                           "student GiB", "students = 8, sharding = \"grad_op\", rank_order = \"roles\""})
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
   std::cout << text;
 }
