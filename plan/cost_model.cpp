@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/input_error.h"
+#include "config/layout_label.h"
 #include "model/hf_config.h"
 #include "model/layer_split.h"
 #include "plan/memory_model.h"
@@ -91,22 +92,53 @@ TeacherStageMemory largest_teacher_stage(const PlanInput& in, int64_t P, int64_t
   return worst;
 }
 
+// The plan with S students: what a student's memory (sharded over S under grad_op) depends on.
+PlanInput with_students(const PlanInput& in, int64_t S) {
+  PlanInput out = in;
+  out.students = S;
+  return out;
+}
+
+// "parallel.sharding = \"grad_op\" over S=8" / "parallel.sharding = \"none\"", as the memory section names it.
+std::string sharding_text(const std::string& sharding, int64_t S) {
+  return "parallel.sharding = \"" + sharding + "\"" + (sharding == "grad_op" ? " over S=" + std::to_string(S) : "");
+}
+
 // Per rank role: what a student and a teacher stage hold, whether each fits, and what would fit.
-void describe_memory(std::ostringstream& o, const PlanInput& in, const ClusterSpec& c, int64_t S, int64_t P) {
+// The student follows the config's parallel.sharding at the layout's S, and names the other
+// sharding's figure (when S > 1) so a replicated plan that does not fit shows what grad_op would give.
+void describe_memory(std::ostringstream& o, const PlanInput& plan, const ClusterSpec& c, int64_t S, int64_t P) {
+  const PlanInput in = with_students(plan, S);
   const double budget = 0.9 * c.memory;
   auto verdict = [&](double bytes) { return bytes <= budget ? "fits" : "does NOT fit"; };
   const StudentMemory sm = student_memory(student_memory_input(in));
+  const bool sharded = in.sharding == "grad_op";
   o << "Memory per rank (plan/memory_model.h; GiB; a rank fits within 90% of the device's " << gib(c.memory)
     << " GiB)\n"
     << "  student at full depth " << in.student.layers << ", " << in.precision << ", recompute " << in.recompute << ", "
-    << micro_batch_tokens(in) << " tokens per micro-batch:\n"
+    << micro_batch_tokens(in) << " tokens per micro-batch, " << sharding_text(in.sharding, S)
+    << (sharded ? " (AdamW moments sharded, weights and gradients whole)" : " (AdamW state whole on every student)")
+    << ":\n"
     << "    weights " << gib(sm.weights) << (in.precision == "bf16-pure" ? " (bf16)" : " (fp32 masters)");
   if (sm.compute_copy > 0) o << " + bf16 copy " << gib(sm.compute_copy);
-  o << " + gradients " << gib(sm.gradients) << " + AdamW " << gib(sm.optimizer) << " + activations "
-    << gib(sm.activations) << " + loss " << gib(sm.loss) << " + teacher targets " << gib(sm.targets) << " = "
-    << gib(sm.total()) << " -> " << verdict(sm.total()) << "\n"
-    << "    with weights, gradients and AdamW state sharded over S=" << S << " (NOT implemented in deepen): "
-    << gib(sm.sharded_total(S)) << " -> would " << (sm.sharded_total(S) <= budget ? "fit" : "not fit either") << "\n";
+  o << " + gradients " << gib(sm.gradients) << " + AdamW " << gib(sm.optimizer) << (sharded ? " (1/" + std::to_string(S) + ")" : "")
+    << " + activations " << gib(sm.activations) << " + loss " << gib(sm.loss) << " + teacher targets " << gib(sm.targets)
+    << " = " << gib(sm.forward());
+  if (sharded) {
+    o << " at the end of a forward\n"
+      << "    optimizer step: weights " << gib(sm.weights) << " + AdamW " << gib(sm.optimizer) << " + gradients "
+      << gib(sm.gradients) << " + gradient shard " << gib(sm.grad_shard) << " + bucket " << gib(sm.bucket)
+      << " (then the parameter shard " << gib(sm.param_shard) << " once the gradients are sent) = " << gib(sm.step())
+      << "\n    peak " << gib(sm.total());
+  }
+  o << " -> " << verdict(sm.total()) << "\n";
+  if (S > 1) {
+    PlanInput other = in;
+    other.sharding = sharded ? "none" : "grad_op";
+    const double alt = student_memory(student_memory_input(other)).total();
+    o << "    with " << sharding_text(other.sharding, S) << ": " << gib(alt) << " -> would "
+      << (alt <= budget ? "fit" : "not fit") << "\n";
+  }
   int64_t layers = 0;
   const TeacherStageMemory t = largest_teacher_stage(in, P, &layers);
   o << "  teacher, largest of P=" << P << " stage(s) (" << layers << " layers, " << float_dtype_name(in.teacher_dtype)
@@ -371,14 +403,11 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
 
   // Memory: the largest stage and a student at full depth (plan/memory_model.h).
   e.teacher_stage_bytes = largest_teacher_stage(in, P).total();
-  const StudentMemory sm = student_memory(student_memory_input(in));
-  e.student_bytes = sm.total();
-  e.student_sharded_bytes = sm.sharded_total(S);
+  e.student_bytes = student_memory(student_memory_input(with_students(in, S))).total();
   const double budget = 0.9 * c.memory;
   e.fits_memory = e.teacher_stage_bytes <= budget && e.student_bytes <= budget;
-  const double gib = 1024.0 * 1024.0 * 1024.0;
-  e.memory_note = "teacher stage " + fmt("%.1f", e.teacher_stage_bytes / gib) + " GiB, student " +
-                  fmt("%.1f", e.student_bytes / gib) + " GiB of " + fmt("%.1f", c.memory / gib) + " GiB";
+  e.memory_note = "teacher stage " + gib(e.teacher_stage_bytes) + " GiB, student " + gib(e.student_bytes) + " GiB (" +
+                  sharding_text(in.sharding, S) + ") of " + gib(c.memory) + " GiB";
   return e;
 }
 
@@ -467,16 +496,18 @@ std::string describe_plan(const PlanInput& in, const ClusterSpec& c, const std::
   o << "Layouts, best first (tokens/s of the whole job; curriculum mean weights each stage by its tokens;\n"
     << "order = parallel.rank_order: roles = teachers and students on separate nodes, pipelines = each\n"
     << "pipeline on the node of its students, the logits inside the node, the gradient all-reduce across)\n"
-    << "   T   P    S  dev  order     | teacher  channel | students (first..last stage) | job mean | supply/demand | bound\n";
+    << "student GiB = a student rank's peak under parallel.sharding = \"" << in.sharding << "\""
+    << (in.sharding == "grad_op" ? " (AdamW moments split over the layout's S)" : "") << "\n"
+    << "   T   P    S  dev  order     | teacher  channel | students (first..last stage) | job mean | supply/demand | student GiB | bound\n";
   for (size_t i = 0; i < std::min(show, ranked.size()); ++i) {
     const auto& e = ranked[i];
     char line[256];
-    std::snprintf(line, sizeof line, "  %2lld  %2lld  %3lld  %3lld  %-9s | %8s %8s | %12s .. %-12s | %8s | %13.2f | %s\n",
+    std::snprintf(line, sizeof line, "  %2lld  %2lld  %3lld  %3lld  %-9s | %8s %8s | %12s .. %-12s | %8s | %13.2f | %11s | %s\n",
                   static_cast<long long>(e.T), static_cast<long long>(e.P), static_cast<long long>(e.S),
                   static_cast<long long>(e.devices), rank_order_name(e.order), si(e.teacher_tokens_per_s, "").c_str(),
                   si(e.channel_tokens_per_s, "").c_str(), si(e.student_tokens_per_s.front(), "").c_str(),
                   si(e.student_tokens_per_s.back(), "").c_str(), si(e.mean_tokens_per_s, "").c_str(),
-                  e.supply_over_demand, e.bottleneck.c_str());
+                  e.supply_over_demand, gib(e.student_bytes).c_str(), e.bottleneck.c_str());
     o << line;
   }
   const auto& best = ranked.front();
@@ -488,8 +519,9 @@ std::string describe_plan(const PlanInput& in, const ClusterSpec& c, const std::
     << si(best.student_tokens_per_s.back(), "tokens/s") << ", job " << si(best.mean_tokens_per_s, "tokens/s")
     << " over the curriculum (" << si(best.mean_tokens_per_s / static_cast<double>(best.devices), "tokens/s")
     << " per device); bound by " << best.bottleneck << "; " << best.memory_note << "\n"
-    << "  [parallel] teacher_pipelines = " << best.T << ", teacher_stages = " << best.P << ", students = " << best.S
-    << ", rank_order = \"" << rank_order_name(best.order) << "\"";
+    << "  [parallel] teacher_pipelines = " << best.T << ", teacher_stages = " << best.P << ", students = " << best.S;
+  if (in.sharding != "none") o << ", sharding = \"" << in.sharding << "\"";
+  o << ", rank_order = \"" << rank_order_name(best.order) << "\"";
   if (best.order == RankOrder::kPipelines)
     o << " (tasks per node a multiple of " << best.P + best.S / best.T << " = " << best.P << " stage(s) + "
       << best.S / best.T << " student(s) per pipeline)";
@@ -533,6 +565,8 @@ PlanInput plan_input_from_config(const Config& cfg) {
   in.max_in_flight = cfg.parallel.max_in_flight;
   in.students = cfg.parallel.students;
   in.teacher_stages = cfg.parallel.teacher_stages;
+  in.sharding = cfg.parallel.sharding;
+  in.bucket_cap_mb = cfg.parallel.bucket_cap_mb;
   in.grad_accum = cfg.parallel.grad_accum;
   in.global_batch = cfg.parallel.global_batch;
   in.distill = cfg.distill;
@@ -629,8 +663,7 @@ std::vector<CheckRow> check_against_runs(const ClusterSpec& cluster, const std::
                              train_flops_per_token(in.student, depth, in.seq_len) / c.mfu;
         r.predicted = c.flops * static_cast<double>(threads) / flops;
       } else {
-        r.layout = std::to_string(p.teacher_pipelines) + "x" + std::to_string(p.teacher_stages) + "+" +
-                   std::to_string(p.students) + " (" + std::to_string(world) + " ranks)";
+        r.layout = layout_label(p) + " (" + std::to_string(world) + " ranks)";
         const auto it = std::find(in.stage_depths.begin(), in.stage_depths.end(), depth);
         const size_t k = it == in.stage_depths.end() ? e.job_tokens_per_s.size() - 1 : static_cast<size_t>(it - in.stage_depths.begin());
         r.predicted = e.job_tokens_per_s[k];

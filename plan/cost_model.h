@@ -121,6 +121,10 @@ struct PlanInput {
   FloatDtype teacher_dtype = FloatDtype::kBf16;
   int64_t max_in_flight = 4;
   int64_t students = 1, teacher_stages = 1;  // the config's layout: the memory section's when none fits
+  // parallel.sharding ("none" | "grad_op": AdamW moments split over each layout's S students) and
+  // parallel.bucket_cap_mb (MiB, the reduction's bucket, a step temporary under grad_op).
+  std::string sharding = "none";
+  double bucket_cap_mb = 32;
 };
 
 // A candidate layout and its predicted rates (tokens/s of the whole job unless noted).
@@ -141,11 +145,10 @@ struct LayoutEstimate {
   double supply_over_demand = 0;       // teacher (and channel) supply / student demand, curriculum mean
   std::string bottleneck;              // "teacher", "students", "channel" (at the heaviest stage)
   // Peak bytes per rank (plan/memory_model.h): the largest teacher stage and a student at full
-  // depth; a layout fits when both are within 90% of the device's memory (the rest: CUDA context,
-  // allocator fragmentation).
+  // depth under the plan's parallel.sharding with this layout's S; a layout fits when both are
+  // within 90% of the device's memory (the rest: CUDA context, allocator fragmentation).
   double teacher_stage_bytes = 0;
   double student_bytes = 0;
-  double student_sharded_bytes = 0;     // if weights, gradients and AdamW state were split over S (not implemented)
   bool fits_memory = true;
   std::string memory_note;
 };

@@ -37,6 +37,12 @@ double block_activation_bytes_per_token(const ModelShape& m, const std::string& 
   throw InputError("student.recompute: must be \"none\", \"layer\" or \"mlp\", got \"" + recompute + "\"");
 }
 
+int64_t largest_trainable_params(const ModelShape& m, bool frozen_embedding) {
+  const int64_t block = std::max({m.hidden * m.intermediate, m.hidden * m.heads * m.head_dim, m.hidden * m.kv_heads * m.head_dim});
+  const bool vocab_matrix_trains = !m.tied || !frozen_embedding;
+  return vocab_matrix_trains ? std::max(block, m.vocab * m.hidden) : block;
+}
+
 StudentMemory student_memory(const StudentMemoryInput& in) {
   const PrecisionBytes pb = precision_bytes(in.precision);
   const ModelShape& m = in.student;
@@ -59,6 +65,18 @@ StudentMemory student_memory(const StudentMemoryInput& in) {
   const double chunk = static_cast<double>(std::min(in.vocab_chunk, m.vocab));
   out.loss = (2.0 * static_cast<double>(m.hidden) + 10.0 * chunk) * 4.0 * n;
   out.targets = in.target_bytes_per_token * n + in.teacher_head_bytes;
+  if (in.sharding == "grad_op") {
+    if (in.students < 1) throw InputError("parallel.students: must be >= 1 to shard over, got " + std::to_string(in.students));
+    const double S = static_cast<double>(in.students);
+    out.optimizer /= S;
+    // The shards, the buckets and the moments are in the parameters' dtype (the masters').
+    out.grad_shard = pb.master * trainable / S;
+    out.param_shard = out.grad_shard;
+    out.bucket = std::max(in.bucket_bytes,
+                          pb.master * static_cast<double>(largest_trainable_params(m, in.frozen_embedding)));
+  } else if (in.sharding != "none") {
+    throw InputError("parallel.sharding: must be \"none\" or \"grad_op\", got \"" + in.sharding + "\"");
+  }
   return out;
 }
 
@@ -72,6 +90,9 @@ StudentMemoryInput student_memory_input(const PlanInput& in) {
   s.vocab_chunk = in.distill.vocab_chunk;
   s.target_bytes_per_token =
       logit_bytes_per_token(in.distill, in.teacher.vocab, s.tokens, in.header_bytes, in.teacher.hidden);
+  s.sharding = in.sharding;
+  s.students = in.students;
+  s.bucket_bytes = in.bucket_cap_mb * (1 << 20);  // as train/student_trainer.cpp converts it
   // The hidden-state channel: each student holds the teacher's head (bf16 or fp32, as the wire).
   if (in.distill.logits == "hidden")
     s.teacher_head_bytes = static_cast<double>(in.teacher.vocab * in.teacher.hidden) * float_dtype_bytes(in.distill.channel_dtype);

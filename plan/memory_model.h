@@ -1,7 +1,8 @@
 // Memory model for `deepen plan`: bytes per rank of a student (weights, gradients, AdamW state,
-// activations with or without recomputation, loss, targets) and of a teacher stage.
+// replicated or sharded, activations with or without recomputation, loss, targets) and of a teacher stage.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -53,26 +54,53 @@ struct StudentMemoryInput {
   int64_t vocab_chunk = 8192;    // distill.vocab_chunk
   double target_bytes_per_token = 0;  // the teacher's logits (or hidden states) as received (0: pretraining)
   double teacher_head_bytes = 0;      // distill.logits = "hidden": the student's copy of the teacher's head
+  // parallel.sharding: "none" (every student holds the whole AdamW state) | "grad_op" (the moments
+  // split over the `students` ranks, train/sharded_adamw.h), and parallel.bucket_cap_mb in bytes.
+  std::string sharding = "none";
+  int64_t students = 1;
+  double bucket_bytes = 32.0 * (1 << 20);
 };
 
-// Bytes of one student rank at its peak (end of a micro-batch's forward, gradients from earlier
-// micro-batches held).
+// Elements of the largest trainable parameter: the vocab x hidden matrix when the head (untied) or
+// the embedding (tied, not frozen) trains, else the largest block matrix (q/o: hidden x heads·head_dim,
+// gate/up/down: hidden x intermediate). Paper student (untied, embedding frozen): the head,
+// 151,936 x 4,096 = 622,329,856. Sharded reduction gives such a parameter a bucket of its own.
+int64_t largest_trainable_params(const ModelShape& m, bool frozen_embedding);
+
+// Bytes of one student rank at its peak: the larger of two moments of a step.
+//   forward: the end of a micro-batch's forward (gradients from earlier micro-batches held), the
+//     peak of every config so far;
+//   optimizer step, sharding = "grad_op" (train/sharded_adamw.cpp): no activations, but this rank's
+//     gradient shard (N/S elements, from the first reduce-scatter to the end of the update) beside
+//     the whole gradients and one flat bucket while they are reduce-scattered; then the parameter
+//     shard (N/S, the updated slices) beside the gradient shard; then beside one bucket of the
+//     all-gather. The gradients are dropped bucket by bucket as they are sent, so the parameter
+//     shard never meets them:
+//       step = weights + AdamW/S + max(gradients + grad shard + bucket, grad shard + param shard,
+//                                      param shard + bucket).
+//     sharding = "none": weights + gradients + AdamW (no step temporaries counted), never above forward.
+// Under "grad_op" the AdamW moments are 1/S of the replicated ones (+ at most one padding element
+// per bucket: a few hundred bytes, left out); weights, the bf16 copy and the gradients stay whole.
 struct StudentMemory {
   double weights = 0;       // masters (fp32 / bf16-pure: the parameters)
   double compute_copy = 0;  // bf16-mixed: the bf16 weight copies alive over forward + backward
-  double gradients = 0;     // trainable parameters only
-  double optimizer = 0;     // AdamW's two moments, trainable parameters only
+  double gradients = 0;     // trainable parameters only, whole (accumulated locally under grad_op too)
+  double optimizer = 0;     // AdamW's two moments, trainable parameters only; 1/S of them under grad_op
   // Saved for backward by every block, + what a recomputation rebuilds during the backward of one
   // block (recompute = "layer": the whole block; "mlp": its MLP sub-layer, 2h + 4I values).
   double activations = 0;
   double loss = 0;          // the chunked loss: hidden states + chunk temporaries
   double targets = 0;       // the teacher's logits (or hidden states + its head) for one micro-batch
-  double total() const { return weights + compute_copy + gradients + optimizer + activations + loss + targets; }
-  // weights + gradients + optimizer (the compute copy stays whole: each rank gathers full weights)
-  // split over S ranks, as sharded data parallelism would (NOT implemented in deepen).
-  double sharded_total(int64_t S) const {
-    return (weights + gradients + optimizer) / static_cast<double>(S) + compute_copy + activations + loss + targets;
+  // grad_op only (0 under "none"): the step's shards of the trainable parameters, in the
+  // parameters' dtype, and the largest flat bucket (bucket_cap_mb, or the largest trainable
+  // parameter when that is larger: a parameter never spans buckets).
+  double grad_shard = 0, param_shard = 0, bucket = 0;
+  double forward() const { return weights + compute_copy + gradients + optimizer + activations + loss + targets; }
+  double step() const {
+    return weights + optimizer +
+           std::max({gradients + grad_shard + bucket, grad_shard + param_shard, param_shard + bucket});
   }
+  double total() const { return std::max(forward(), step()); }
 };
 
 // Worked example (tests/plan/memory_model_test.cpp): the tiny student of cost_model_test (2 layers,
@@ -80,11 +108,17 @@ struct StudentMemory {
 //   weights 5,856, gradients 5,856, AdamW 11,712 bytes; activations per block and token
 //   (6·8 + 5·8 + 4·4 + 4·16 + 2) · 4 = 680 bytes, so 2·680·16 = 21,760 bytes;
 //   loss (2·8 + 10·min(8192, 32)) · 4 · 16 = 21,504 bytes.
+// The same under sharding = "grad_op" over S = 2 with 64-byte buckets: AdamW 11,712 / 2 = 5,856;
+//   gradient and parameter shards 1,464 / 2 · 4 = 2,928 each; bucket: the tied 32 x 8 embedding,
+//   256 · 4 = 1,024 bytes (> 64); step = 5,856 + 5,856 + max(5,856 + 2,928 + 1,024, 2,928 + 2,928,
+//   2,928 + 1,024) = 21,520; forward = 5,856·3 + 21,760 + 21,504 = 60,832, the peak (66,688 replicated).
+//   At 1 token per micro-batch the step is the peak: forward = 17,568 + 1,360 + 1,344 = 20,272 < 21,520.
 // The loss's 10 [tokens, chunk] fp32 temporaries are measured, not derived: loss_memory_bench's
 // 1.31 GB at 4096 tokens x chunk 8192 (README) is 9.8 of them.
 StudentMemory student_memory(const StudentMemoryInput& in);
 
-// From a plan: the student at full depth, micro_batch_tokens(in) tokens, the configured logits.
+// From a plan: the student at full depth, micro_batch_tokens(in) tokens, the configured logits,
+// sharding over in.students (a layout search sets in.students to each layout's S).
 StudentMemoryInput student_memory_input(const PlanInput& in);
 
 // "80GiB", "80 GB", "141e9", "512MiB" -> bytes (KB/MB/GB/TB powers of 1000, KiB/MiB/GiB/TiB of

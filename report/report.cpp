@@ -11,11 +11,11 @@
 #include <set>
 #include <sstream>
 #include <thread>
-#include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "config/input_error.h"
+#include "config/layout_label.h"
 #include "report/number_text.h"
 #include "report/paper_tables.h"
 #include "report/report_plots.h"
@@ -347,12 +347,11 @@ Report build_report(const std::vector<RunData>& runs) {
       sigs.push_back({sig, {}});
       it = sigs.end() - 1;
     }
-    // The same experiment and seed on another layout (a layout sweep): one run stands for the
-    // seed in the tables; the others are in the scaling section.
+    // The same experiment and seed on another layout (a layout sweep, or the same T, P, S in
+    // another rank order or sharding): one run stands for the seed in the tables; the others are
+    // in the scaling section. The same seed on the same layout is a repeat (noted below).
     const auto same_seed = std::find_if(it->second.begin(), it->second.end(), [&](const RunData* o) {
-      const ParallelConfig &a = o->config.parallel, &b = r.config.parallel;
-      return o->config.run.seed == r.config.run.seed &&
-             std::tie(a.teacher_pipelines, a.teacher_stages, a.students) != std::tie(b.teacher_pipelines, b.teacher_stages, b.students);
+      return o->config.run.seed == r.config.run.seed && layout_label(o->config.parallel) != layout_label(r.config.parallel);
     });
     if (same_seed != it->second.end()) {
       ++layout_repeats[(*same_seed)->dir];

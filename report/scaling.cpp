@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "config/config.h"
+#include "config/layout_label.h"
 #include "plan/cost_model.h"
 #include "report/number_text.h"
 #include "report/paper_figures.h"
@@ -87,7 +88,7 @@ std::vector<ScalingSweep> find_scaling_sweeps(const std::vector<RunData>& runs, 
       row.P = p.teacher_stages;
       row.S = p.students;
       const bool one = ran_as_one_process(r->dir);
-      row.layout = one ? "one process" : std::to_string(row.T) + "x" + std::to_string(row.P) + "+" + std::to_string(row.S);
+      row.layout = one ? "one process" : layout_label(p);
       row.devices = one ? 1 : row.T * row.P + row.S;
       try {
         row.tokens_per_s = mean_of(measured_tokens_per_s(r->dir, kWarmupSteps));
@@ -110,8 +111,8 @@ std::vector<ScalingSweep> find_scaling_sweeps(const std::vector<RunData>& runs, 
     std::vector<size_t> idx(rows.size());
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
     std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
-      return std::tie(rows[a].devices, rows[a].T, rows[a].P, rows[a].S) <
-             std::tie(rows[b].devices, rows[b].T, rows[b].P, rows[b].S);
+      return std::tie(rows[a].devices, rows[a].T, rows[a].P, rows[a].S, rows[a].layout) <
+             std::tie(rows[b].devices, rows[b].T, rows[b].P, rows[b].S, rows[b].layout);
     });
     for (size_t i : idx) sweep.rows.push_back(rows[i]);
     const double base = sweep.rows.front().per_device;

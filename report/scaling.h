@@ -16,7 +16,7 @@ struct Figure;
 // One layout of a sweep.
 struct ScalingRow {
   std::string dir;
-  std::string layout;          // "1x2+2" (T x P + S), "one process"
+  std::string layout;          // config/layout_label.h: "1x2+2" (T x P + S), "2x1+4 pipelines", "1x1+4 grad_op"; "one process"
   int64_t T = 1, P = 1, S = 1;
   int64_t devices = 1;         // ranks of the job (T·P + S); 1 for one process
   double tokens_per_s = 0;     // measured: median over steps after warm-up (plan/cost_model.h)
@@ -33,7 +33,7 @@ struct ScalingRow {
 
 struct ScalingSweep {
   std::string name;                // the first run's name with its layout taken off, e.g. "sweep"
-  std::vector<ScalingRow> rows;    // by devices, then T, P, S
+  std::vector<ScalingRow> rows;    // by devices, then T, P, S, then the label (rank order, sharding)
   std::string calibration;         // the run the prediction was calibrated on ("" = none)
   std::vector<std::string> notes;  // why a prediction or breakdown is missing
 };

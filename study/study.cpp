@@ -16,6 +16,7 @@
 #include <toml++/toml.h>
 
 #include "config/input_error.h"
+#include "config/layout_label.h"
 #include "config/text_file.h"
 #include "config/toml_text.h"
 #include "curriculum/growth_schedule.h"
@@ -124,12 +125,6 @@ std::vector<size_t> stable_topological_order(const std::vector<std::vector<size_
     }
   }
   return order;
-}
-
-std::string layout_text(const Config& c) {
-  const auto& p = c.parallel;
-  return std::to_string(p.teacher_pipelines) + "x" + std::to_string(p.teacher_stages) + "+" +
-         std::to_string(p.students);
 }
 
 std::string curriculum_text(const Config& c) {
@@ -353,12 +348,12 @@ std::string describe_plan(const StudyPlan& plan, const LaunchContext& ctx) {
       << "  runs: " << s.runs.size() << ", seeds:";
   for (int64_t seed : s.seeds) out << " " << seed;
   out << ", jobs: " << plan.jobs.size() << ", output: " << s.out_dir << "\n"
-      << "  order (layout = teacher pipelines x stages + students):\n";
+      << "  order (layout = teacher pipelines x stages + students, then a rank order or sharding other than the default):\n";
   for (size_t k = 0; k < plan.jobs.size(); ++k) {
     const StudyJob& j = plan.jobs[k];
     const bool mpi = use_mpirun(s.launcher, j.world_size, !ctx.mpirun.empty());
     out << "  " << (k + 1) << ". " << j.id() << "  " << curriculum_text(j.config) << ", layout "
-        << layout_text(j.config) << " = " << j.world_size << " ranks, "
+        << layout_label(j.config.parallel) << " = " << j.world_size << " ranks, "
         << (mpi ? "mpirun -np " + std::to_string(j.world_size) : std::string("one process")) << ", "
         << to_string(job_state(j.out_dir));
     if (!j.depends_on.empty()) {

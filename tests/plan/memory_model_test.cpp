@@ -59,6 +59,49 @@ TEST(MemoryModel, PrecisionSetsBytesPerParameterAndActivation) {
   EXPECT_THROW(precision_bytes("fp16"), InputError);
 }
 
+// memory_model.h's grad_op example, number by number: the moments halve on S = 2, the step adds a
+// gradient shard and the embedding's bucket (larger than the 64-byte cap), and the forward stays the
+// peak at 16 tokens; at 1 token the step is the peak.
+TEST(MemoryModel, GradOpShardsTheMomentsAndCountsTheStepsShardsWorkedByHand) {
+  StudentMemoryInput in = tiny_student("fp32", "none");
+  in.sharding = "grad_op";
+  in.students = 2;
+  in.bucket_bytes = 64;
+  EXPECT_EQ(largest_trainable_params(in.student, false), 32 * 8);  // the tied embedding
+  const StudentMemory m = student_memory(in);
+  EXPECT_EQ(m.weights, 5856.0);
+  EXPECT_EQ(m.gradients, 5856.0);       // whole: accumulated locally over micro-batches
+  EXPECT_EQ(m.optimizer, 11712.0 / 2);
+  EXPECT_EQ(m.grad_shard, 1464 / 2 * 4.0);
+  EXPECT_EQ(m.param_shard, 1464 / 2 * 4.0);
+  EXPECT_EQ(m.bucket, 256 * 4.0);
+  EXPECT_EQ(m.step(), 5856 + 5856 + (5856 + 2928 + 1024.0));
+  EXPECT_EQ(m.forward(), 5856 * 3 + 21760 + 21504.0);
+  EXPECT_EQ(m.total(), 60832.0);
+  EXPECT_EQ(student_memory(tiny_student("fp32", "none")).total() - m.total(), 11712.0 / 2);
+  in.tokens = 1;
+  const StudentMemory one = student_memory(in);
+  EXPECT_EQ(one.forward(), 17568 + 2 * 680.0 + (2 * 8 + 10 * 32) * 4.0);
+  EXPECT_EQ(one.total(), 21520.0);  // the step
+  // A bucket cap above every parameter: the bucket is the cap.
+  in.bucket_bytes = 4096;
+  EXPECT_EQ(student_memory(in).bucket, 4096.0);
+  in.sharding = "full";
+  EXPECT_THROW(student_memory(in), InputError);
+}
+
+// "none" counts no step temporaries and its peak is the forward, as before sharding existed: the
+// tiny student's total is TinyFp32StudentWorkedByHand's sum whatever S is.
+TEST(MemoryModel, ReplicatedPeakIsTheForwardWhateverTheStudents) {
+  StudentMemoryInput in = tiny_student("bf16-mixed", "layer");
+  const double one = student_memory(in).total();
+  in.students = 8;
+  const StudentMemory m = student_memory(in);
+  EXPECT_EQ(m.total(), one);
+  EXPECT_EQ(m.total(), m.forward());
+  EXPECT_EQ(m.grad_shard + m.param_shard + m.bucket, 0.0);
+}
+
 // The paper's layer (memory_model.h's example) and its student's frozen embedding.
 TEST(MemoryModel, PaperLayerAndFrozenEmbedding) {
   const ModelShape paper{"student", 9, 4096, 32, 8, 128, 12288, 151936, false};
@@ -73,6 +116,17 @@ TEST(MemoryModel, PaperLayerAndFrozenEmbedding) {
   EXPECT_EQ(m.gradients, 4 * (params - embedding));
   EXPECT_EQ(m.optimizer, 8 * (params - embedding));
   EXPECT_EQ(m.weights, 4 * params);
+  // grad_op over the paper's 8 students: the moments (fp32 masters under bf16-mixed) to 1/8, the
+  // head (untied, trained) is the largest bucket: 151,936 x 4,096 fp32 = 2.32 GiB > 32 MiB.
+  in.sharding = "grad_op";
+  in.students = 8;
+  const StudentMemory sharded = student_memory(in);
+  EXPECT_EQ(largest_trainable_params(paper, true), 151936 * 4096);
+  EXPECT_EQ(sharded.optimizer, 8 * (params - embedding) / 8);
+  EXPECT_EQ(sharded.grad_shard, 4 * (params - embedding) / 8);
+  EXPECT_EQ(sharded.bucket, 4 * embedding);
+  EXPECT_EQ(sharded.gradients, m.gradients);
+  EXPECT_EQ(sharded.total(), m.total() - 7 * (params - embedding));  // the forward stays the peak
 }
 
 // A middle stage holds its layers and max_in_flight outgoing activations; the last adds the head,
@@ -99,29 +153,72 @@ TEST(MemoryModel, DeviceMemoryTakesUnits) {
   EXPECT_THROW(parse_bytes("-1GB", "--device-memory"), InputError);
 }
 
-// The paper's config on 8 teacher + 8 student 80 GB GPUs: its micro-batch of 2 x 8,192 tokens fits
-// both roles; 4 does not (the student's loss temporaries and bf16 targets double) and the plan says
-// so, naming micro_batch = 2 and the sharded figure as not implemented.
-TEST(MemoryModel, PaperConfigOnEightyGigabyteDevicesNamesWhatFits) {
+PlanInput paper_plan() {
   const Config cfg = load_config(std::string(test::kSourceDir) + "/configs/paper/qwen3-8b.toml",
                                  {"teacher.checkpoint=\"Qwen3-8B\""});
-  PlanInput in = plan_input_from_config(cfg);
+  return plan_input_from_config(cfg);
+}
+
+ClusterSpec two_nodes_of_80_gb() {
+  ClusterSpec c = cluster_preset("h100");  // 80 GB = 80e9 bytes per device
+  c.nodes = 2;
+  return c;
+}
+
+// The paper's config on 8 teacher + 8 student 80 GB GPUs: as shipped (grad_op, micro-batch 2 x
+// 8,192 tokens) both roles fit; grad_op takes 7/8 of the moments (8 bytes per trainable parameter
+// under bf16-mixed) off a student. Replicated at micro-batch 4 a student does not fit (the loss
+// temporaries and bf16 targets double) and the plan names both ways out: grad_op and micro_batch = 2.
+TEST(MemoryModel, PaperConfigOnEightyGigabyteDevicesNamesWhatFits) {
+  PlanInput in = paper_plan();
   EXPECT_EQ(in.seq_len, 8192);  // documents: max_len
   EXPECT_EQ(in.precision, "bf16-mixed");
-  ClusterSpec c = cluster_preset("h100");  // 80 GB
-  c.nodes = 2;
-  EXPECT_TRUE(estimate_layout(in, c, 8, 1, 8).fits_memory);
+  EXPECT_EQ(in.sharding, "grad_op");
+  EXPECT_EQ(in.micro_batch, 2);
+  const ClusterSpec c = two_nodes_of_80_gb();
+  const LayoutEstimate shipped = estimate_layout(in, c, 8, 1, 8);
+  EXPECT_TRUE(shipped.fits_memory);
   const auto ranked = rank_layouts(in, c);
   ASSERT_FALSE(ranked.empty());
   EXPECT_EQ(ranked.front().devices, 16);
+  const double trainable = static_cast<double>(total_params(in.student) - in.student.vocab * in.student.hidden);
+  PlanInput replicated = in;
+  replicated.sharding = "none";
+  EXPECT_EQ(estimate_layout(replicated, c, 8, 1, 8).student_bytes - shipped.student_bytes, 7 * 8 * trainable / 8);
+  replicated.micro_batch = 4;
+  replicated.grad_accum = 2;
+  EXPECT_FALSE(estimate_layout(replicated, c, 8, 1, 8).fits_memory);
+  const std::string text = describe_plan(replicated, c, rank_layouts(replicated, c));
+  for (const char* want : {"Memory per rank", "parallel.sharding = \"none\" (AdamW state whole on every student)",
+                           "does NOT fit", "with parallel.sharding = \"grad_op\" over S=8: ", "-> would fit",
+                           "parallel.micro_batch = 2 fits"})
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  std::cout << text;
+}
+
+// Why the shipped config keeps micro_batch = 2 under grad_op: at 4 the student's predicted peak is
+// under the 90% budget of an 80 GB device by less than the model's worst measured under-prediction
+// (bench/memory_check, README: measured/predicted at most 1.047, recompute = "mlp"), so it does not
+// fit with a margin; at 2 both roles do. The plan prints the sharded figures in the memory section
+// and each layout's student peak in the table.
+TEST(MemoryModel, PaperConfigMicroBatchIsTheLargestThatFitsWithinTheModelsMeasuredError) {
+  constexpr double kWorstMeasuredOverPredicted = 1.047;
+  PlanInput in = paper_plan();
+  const ClusterSpec c = two_nodes_of_80_gb();
+  const double budget = 0.9 * c.memory;
+  const LayoutEstimate two = estimate_layout(in, c, 8, 1, 8);
+  EXPECT_LE(two.student_bytes * kWorstMeasuredOverPredicted, budget);
+  EXPECT_LE(two.teacher_stage_bytes * kWorstMeasuredOverPredicted, budget);
   in.micro_batch = 4;
   in.grad_accum = 2;
-  EXPECT_FALSE(estimate_layout(in, c, 8, 1, 8).fits_memory);
+  const LayoutEstimate four = estimate_layout(in, c, 8, 1, 8);
+  EXPECT_TRUE(four.fits_memory);  // by the model alone, just
+  EXPECT_GT(four.student_bytes * kWorstMeasuredOverPredicted, budget);
   const std::string text = describe_plan(in, c, rank_layouts(in, c));
-  EXPECT_NE(text.find("Memory per rank"), std::string::npos) << text;
-  EXPECT_NE(text.find("does NOT fit"), std::string::npos) << text;
-  EXPECT_NE(text.find("NOT implemented"), std::string::npos) << text;
-  EXPECT_NE(text.find("parallel.micro_batch = 2 fits"), std::string::npos) << text;
+  for (const char* want : {"parallel.sharding = \"grad_op\" over S=8 (AdamW moments sharded", "AdamW 2.2 (1/8)",
+                           "optimizer step: ", "with parallel.sharding = \"none\": 82.4 -> would not fit",
+                           "student GiB", "students = 8, sharding = \"grad_op\", rank_order = \"roles\""})
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
   std::cout << text;
 }
 

@@ -15,6 +15,7 @@
 #include "report/paper_tables.h"
 #include "report/report.h"
 #include "report/report_plots.h"
+#include "report/scaling.h"
 #include "run_folder/active_layer_tokens.h"
 #include "study/study_process.h"
 #include "tests/test_paths.h"
@@ -329,6 +330,87 @@ TEST(Report, DifferentConfigsOfOneRoleAreKeptApart) {
   ASSERT_EQ(r.roles.size(), 2u);
   EXPECT_EQ(r.roles[0].role, "post-grow");
   EXPECT_EQ(r.roles[1].role, "post-grow (y)");
+}
+
+// Rewrites a run's config.toml with its [parallel] section changed.
+template <class Change>
+void change_parallel(const std::string& dir, Change change) {
+  Config c = load_config(dir + "/config.toml");
+  change(c.parallel);
+  std::ofstream(dir + "/config.toml") << to_toml(c);
+}
+
+// The same experiment and seed on the same T, P, S in the other rank order, or sharded: layout
+// variants of one run (bit-identical, or equal within 1e-5, e2e.pipelines-*, e2e.sharded-*), so one
+// stands for the seed and the others are noted, not counted as the seed twice.
+TEST(Report, SameLayoutInAnotherRankOrderOrShardingStandsForTheSeedOnce) {
+  const std::string root = scratch("order_sharding");
+  auto two_pipelines = [](ParallelConfig& p) {
+    p.teacher_pipelines = 2;
+    p.students = 4;
+  };
+  change_parallel(write_run(root, {"roles", "post", "grow", 1}), two_pipelines);
+  change_parallel(write_run(root, {"pipelines", "post", "grow", 1}), [&](ParallelConfig& p) {
+    two_pipelines(p);
+    p.rank_order = "pipelines";
+  });
+  change_parallel(write_run(root, {"sharded", "post", "grow", 1}), [&](ParallelConfig& p) {
+    two_pipelines(p);
+    p.sharding = "grad_op";
+  });
+  std::vector<RunData> runs;
+  for (const auto& d : find_run_dirs({root})) runs.push_back(load_run(d));
+  const Report r = build_report(runs);
+  ASSERT_EQ(r.roles.size(), 1u);
+  EXPECT_EQ(r.roles[0].runs.size(), 1u);
+  EXPECT_EQ(r.roles[0].seeds, (std::vector<int64_t>{1}));
+  std::string notes;
+  for (const auto& n : r.notes) notes += n + "\n";
+  EXPECT_NE(notes.find("stands for 2 run(s) of the same experiment and seed on other layouts"), std::string::npos) << notes;
+  EXPECT_EQ(notes.find("appears twice"), std::string::npos) << notes;
+}
+
+// The same seed on the same layout is still a repeat, named as such.
+TEST(Report, SameLayoutAndSeedTwiceIsNotedAsARepeat) {
+  const std::string root = scratch("repeat");
+  write_run(root, {"x", "post", "grow", 1});
+  write_run(root, {"y", "post", "grow", 1});
+  std::vector<RunData> runs;
+  for (const auto& d : find_run_dirs({root})) runs.push_back(load_run(d));
+  const Report r = build_report(runs);
+  ASSERT_EQ(r.roles.size(), 1u);
+  EXPECT_EQ(r.roles[0].runs.size(), 2u);
+  bool twice = false;
+  for (const auto& n : r.notes) twice |= n.find("seed 1 appears twice") != std::string::npos;
+  EXPECT_TRUE(twice);
+}
+
+// A sweep of one T, P, S replicated and sharded is two layouts: two rows told apart by their labels.
+TEST(Scaling, ShardedAndReplicatedRunsOfOneLayoutAreTwoRowsOfASweep) {
+  const std::string root = scratch("scaling_sharding");
+  const std::string replicated = write_run(root, {"replicated", "pre", "joint", 1});
+  const std::string sharded = write_run(root, {"sharded", "pre", "joint", 1});
+  const std::pair<std::string, double> measured[] = {{replicated, 1000.0}, {sharded, 990.0}};
+  for (const auto& [dir, rate] : measured) {
+    change_parallel(dir, [&](ParallelConfig& p) {
+      p.students = 2;
+      if (dir == sharded) p.sharding = "grad_op";
+    });
+    // Distributed (logits on the channel), one rate after the warm-up steps.
+    std::ofstream metrics(dir + "/metrics.jsonl");
+    for (int step = 0; step < 6; ++step)
+      metrics << json{{"step", step}, {"stage", 0}, {"depth", 3}, {"tokens_per_s", rate}, {"channel_bytes", 64.0}}.dump()
+              << "\n";
+  }
+  std::vector<RunData> runs;
+  for (const auto& d : find_run_dirs({root})) runs.push_back(load_run(d));
+  const std::vector<ScalingSweep> sweeps = find_scaling_sweeps(runs, 2);
+  ASSERT_EQ(sweeps.size(), 1u);
+  ASSERT_EQ(sweeps[0].rows.size(), 2u);
+  EXPECT_EQ(sweeps[0].rows[0].layout, "1x1+2");
+  EXPECT_EQ(sweeps[0].rows[0].tokens_per_s, 1000.0);
+  EXPECT_EQ(sweeps[0].rows[1].layout, "1x1+2 grad_op");
+  EXPECT_EQ(sweeps[0].rows[1].tokens_per_s, 990.0);
 }
 
 TEST(Report, DiagnosticsRecordParsing) {

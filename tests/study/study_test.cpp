@@ -370,5 +370,23 @@ TEST(Study, LayoutSweepKeepsTheGlobalBatchAndBecomesJobsOfDifferentNodeCounts) {
     EXPECT_NE(calls.find(want), std::string::npos) << want << "\n" << calls;
 }
 
+// A study running one T, P, S in both rank orders and both shardings: the plan's layout names tell
+// the runs apart (config/layout_label.h), the default ones print as before.
+TEST(Study, PlanNamesANonDefaultRankOrderAndShardingInTheLayout) {
+  const std::string dir = scratch("layout_names");
+  write(fs::path(dir) / "base.toml", kBase);
+  write(fs::path(dir) / "study.toml", "[study]\nname = \"variants\"\nbase = \"base.toml\"\nout_dir = \"" + dir +
+                                          "/runs\"\nseeds = [1]\n"
+                                          "[[run]]\nname = \"roles\"\n"
+                                          "[[run]]\nname = \"pipelines\"\nset = [\"parallel.rank_order=pipelines\"]\n"
+                                          "[[run]]\nname = \"sharded\"\nset = [\"parallel.sharding=grad_op\"]\n");
+  const StudyPlan plan = expand_study(load_study(dir + "/study.toml"));
+  const std::string text = describe_plan(plan, LaunchContext{"/x/deepen", "", true, true});
+  for (const char* want : {"roles/seed1  pre-norm grow [1,2,3], layout 1x2+2 = 4 ranks",
+                           "pipelines/seed1  pre-norm grow [1,2,3], layout 1x2+2 pipelines = 4 ranks",
+                           "sharded/seed1  pre-norm grow [1,2,3], layout 1x2+2 grad_op = 4 ranks"})
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+}
+
 }  // namespace
 }  // namespace deepen
