@@ -153,6 +153,20 @@ TEST(GpuNccl, OneRankWorldKeepsHeadersSumsAndBucketsOnItsGpu) {
   CommStudentGroup group(*comm, {0});
   EXPECT_EQ(group.sum({3.0, 4.0}), (std::vector<double>{3.0, 4.0}));
   group.check_same(123, "parameters", 0);
+
+  // Sharded data parallelism's collectives on NCCL (one rank: the mean is the value itself, the
+  // gather the shard), posted and waited on the stream as the trainer does; and the posted mean.
+  const at::Tensor full = at::randn({1000}, at::TensorOptions().device(gpu));
+  at::Tensor shard = at::empty({1000}, at::TensorOptions().device(gpu));
+  comm->ireduce_scatter_avg(full, shard)->wait();
+  EXPECT_TRUE(at::equal(shard.cpu(), full.cpu()));
+  at::Tensor gathered = at::empty({1000}, at::TensorOptions().dtype(at::kBFloat16).device(gpu));
+  comm->iall_gather_into(full.to(at::kBFloat16), gathered)->wait();
+  EXPECT_TRUE(at::equal(gathered.cpu(), full.to(at::kBFloat16).cpu()));
+  at::Tensor mean = full.clone();
+  comm->iall_reduce_avg(mean)->wait();
+  EXPECT_TRUE(at::equal(mean.cpu(), full.cpu()));
+  EXPECT_THROW(comm->reduce_scatter_avg(full, at::empty({999}, at::TensorOptions().device(gpu))), std::invalid_argument);
 }
 
 // The set-up deadline on real NCCL: with a limit far shorter than any set-up, the non-blocking
