@@ -54,17 +54,27 @@ void CommStudentGroup::broadcast_from_first(const std::vector<at::Tensor>& tenso
   bucketed(tensors, [&](at::Tensor& b) { comm_.broadcast(b, 0); });
 }
 
-// On the communicator's device: a CUDA student over MPI stages through host memory.
+namespace {
+
+// Runs `op(in, out)` on the communicator's device: a CUDA student over MPI stages both tensors
+// through host memory; tensors already there (and contiguous) are used as they are.
+template <class Op>
+void on_comm_device(const Communicator& comm, const at::Tensor& input, const at::Tensor& output, Op op) {
+  const at::Tensor in = input.to(comm.device()).contiguous();
+  const bool direct = output.device() == comm.device() && output.is_contiguous();
+  const at::Tensor out = direct ? output : at::empty(output.sizes(), output.options().device(comm.device()));
+  op(in, out);
+  if (!direct) output.copy_(out);
+}
+
+}  // namespace
+
 void CommStudentGroup::reduce_scatter_avg(const at::Tensor& full, const at::Tensor& shard) {
   if (comm_.size() == 1) {
     shard.copy_(full);
     return;
   }
-  const at::Tensor in = full.to(comm_.device()).contiguous();
-  const bool direct = shard.device() == comm_.device() && shard.is_contiguous();
-  const at::Tensor out = direct ? shard : at::empty(shard.sizes(), shard.options().device(comm_.device()));
-  comm_.reduce_scatter_avg(in, out);
-  if (!direct) shard.copy_(out);
+  on_comm_device(comm_, full, shard, [&](const at::Tensor& in, const at::Tensor& out) { comm_.reduce_scatter_avg(in, out); });
 }
 
 void CommStudentGroup::all_gather(const at::Tensor& shard, const at::Tensor& full) {
@@ -72,11 +82,7 @@ void CommStudentGroup::all_gather(const at::Tensor& shard, const at::Tensor& ful
     full.copy_(shard);
     return;
   }
-  const at::Tensor in = shard.to(comm_.device()).contiguous();
-  const bool direct = full.device() == comm_.device() && full.is_contiguous();
-  const at::Tensor out = direct ? full : at::empty(full.sizes(), full.options().device(comm_.device()));
-  comm_.all_gather_into(in, out);
-  if (!direct) full.copy_(out);
+  on_comm_device(comm_, shard, full, [&](const at::Tensor& in, const at::Tensor& out) { comm_.all_gather_into(in, out); });
 }
 
 namespace {

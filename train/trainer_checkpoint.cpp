@@ -85,6 +85,9 @@ void Trainer::start_run_folder(bool resuming) {
   if (!resuming) std::cout << "# resolved config (" << cfg_.source << ")\n" << resolved << std::flush;
 }
 
+// A job killed mid-checkpoint may leave a staging folder behind; it is never read (only the
+// checkpoint folder's manifest counts), and the resumed run, which checkpoints the same steps
+// again, overwrites and then removes it.
 std::string Trainer::write_optimizer_shard(const CheckpointStore& store, int64_t step) {
   const std::string staging = (fs::path(store.root()) / (".shards-" + checkpoint_folder_name(step))).string();
   std::string error;
@@ -93,11 +96,16 @@ std::string Trainer::write_optimizer_shard(const CheckpointStore& store, int64_t
     write_tensors(RunFolder::checkpoint_optimizer_shard(staging, group_.rank(), group_.size()), sharded_->shard_state());
   } catch (const std::exception& e) {
     error = "student " + std::to_string(group_.rank()) + ": optimizer shard in " + staging + ": " + e.what();
+    // Said now: once the students agree to stop, the launcher may end this rank before it throws.
+    std::cerr << "deepen: " << error << std::endl;
   }
   // Every student learns whether all shards were written: a checkpoint missing one is never made.
   const double failed = group_.sum({error.empty() ? 0.0 : 1.0})[0];
   if (failed > 0) {
+    // Everyone waits for the cleanup: a rank that ended first would have the launcher kill the
+    // leader before it removed the staged shards.
     if (leader_) fs::remove_all(staging);
+    group_.sum({0.0});
     throw std::runtime_error(error.empty() ? "checkpoint after step " + std::to_string(step) + ": " +
                                                  std::to_string(static_cast<int64_t>(failed)) +
                                                  " student(s) could not write their optimizer shard (see their errors)"

@@ -37,6 +37,10 @@ Cases:
   sharded-4        == the replicated run on the same layout, through two growth events (moments kept and
                    re-sharded on S = 3, phase resets on S = 2, 4), clipping on; the checkpoint holds one
                    optimizer shard per student. sharded-4 also resumes its S = 4 checkpoint on S = 2.
+  shard-write-fails  a sharded run whose student 1 cannot write its optimizer shard at a checkpoint:
+                   every rank stops with an error (student 1's names the file), no checkpoint folder
+                   for that step and no staging folder are left, the previous checkpoint is intact,
+                   and the run resumes from it to the end
   overlap          parallel.overlap_grad_reduce = false vs true (buckets launched from inside the last
                    micro-batch's backward), replicated and sharded on S = 3: bit-identical
   gpu-asked        a 2-rank job asking for CUDA and NCCL where they cannot be had fails at start
@@ -512,6 +516,32 @@ class Cases:
                 assert json.load(f)["students"] == 2
             self.compare(replicated, moved, 1e-5, "sharded S=4 stopped after step 5, resumed sharded on S=2")
 
+    def shard_write_fails(self):
+        base = self.global_base()
+        sets = ["parallel.students=2", 'parallel.sharding="grad_op"']
+        out = os.path.join(self.work, "shard-write-fails")
+        shutil.rmtree(out, ignore_errors=True)
+        # The checkpoint after step 3 (the second, checkpoint.every = 2): a folder where student 1's
+        # shard file must go makes its (atomic, rename-into-place) write fail, and only its write.
+        # A fresh run clears its folder's checkpoints, so the blocker goes in after a first stop.
+        cmd = [self.deepen, "train", base, "--quiet", "--set", f'run.out_dir="{out}"'] + sum([["--set", s] for s in sets], [])
+        p = run(["mpirun", "-np", "3"] + cmd + ["--stop-after", "2"], env=MPI_ENV, check=False)
+        assert p.returncode == 3, p.stderr[-2000:]
+        blocker = os.path.join(out, "checkpoints", ".shards-step_00000003", "optimizer.shard-00001-of-00002.safetensors")
+        os.makedirs(blocker)
+        p = run(["mpirun", "-np", "3"] + cmd, env=MPI_ENV, check=False)
+        assert p.returncode != 0, "a checkpoint missing a shard must stop the run"
+        assert "student 1: optimizer shard in" in p.stderr and "shard-00001-of-00002" in p.stderr, p.stderr[-3000:]
+        ckpts = sorted(os.listdir(os.path.join(out, "checkpoints")))
+        assert ckpts == ["step_00000001"], ckpts  # no step_00000003, no staging folder, no temp folder
+        assert sorted(f for f in os.listdir(os.path.join(out, "checkpoints", "step_00000001")) if f.startswith("optimizer")) == \
+            ["optimizer.shard-00000-of-00002.safetensors", "optimizer.shard-00001-of-00002.safetensors"]
+        run(["mpirun", "-np", "3"] + cmd, env=MPI_ENV)  # resumes from step_00000001 (the blocker is gone)
+        m = records(out, "metrics.jsonl")
+        assert [r["step"] for r in m] == list(range(9)), [r["step"] for r in m]
+        print("student 1's failed shard write:", [l for l in p.stderr.splitlines() if "optimizer shard in" in l][0][:200])
+        print("left:", ckpts, "; resumed from step_00000001 to the end")
+
     def overlap(self):
         # Launching a bucket's collective inside the backward changes when it runs, not what it
         # sums: the same collectives on the same buckets, so the runs must be the same bits.
@@ -569,7 +599,8 @@ def main():
              "global-batch": c.global_batch, "resume-layout": c.resume_layout,
              "resume-rank-order": c.resume_rank_order, "sweep": c.sweep,
              "gpu-asked": c.gpu_asked, "sharded-2": lambda: c.sharded(2), "sharded-3": lambda: c.sharded(3),
-             "sharded-4": lambda: c.sharded(4), "overlap": c.overlap}
+             "sharded-4": lambda: c.sharded(4), "overlap": c.overlap,
+             "shard-write-fails": c.shard_write_fails}
     cases[a.case]()
 
 

@@ -61,9 +61,7 @@ constexpr double kTol = 1e-12;
 TEST(GradientBuckets, AverageLaunchedDuringTheBackwardEqualsAfterItAndTheMean) {
   auto world = make_mpi_communicator(mpi());
   const int ranks = world->size(), rank = world->rank();
-  std::vector<int> world_ranks(ranks);
-  for (int r = 0; r < ranks; ++r) world_ranks[r] = r;
-  CommStudentGroup group(*world, world_ranks);
+  CommStudentGroup group(*world, test::all_ranks(ranks));
   const auto mean = mean_gradient(ranks);
 
   std::vector<std::vector<at::Tensor>> results;
@@ -89,9 +87,7 @@ TEST(GradientBuckets, AverageLaunchedDuringTheBackwardEqualsAfterItAndTheMean) {
 TEST(GradientBuckets, ReduceScatterLaunchedDuringTheBackwardEqualsAfterItAndTheMean) {
   auto world = make_mpi_communicator(mpi());
   const int ranks = world->size(), rank = world->rank();
-  std::vector<int> world_ranks(ranks);
-  for (int r = 0; r < ranks; ++r) world_ranks[r] = r;
-  CommStudentGroup group(*world, world_ranks);
+  CommStudentGroup group(*world, test::all_ranks(ranks));
   const auto mean = mean_gradient(ranks);
   // 100 doubles per bucket: a matrix (64) per bucket, each split among the ranks.
   const ShardLayout layout = make_shard_layout(std::vector<int64_t>(kLayers, 64), ranks, 100);

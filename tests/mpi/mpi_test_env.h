@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -20,6 +21,13 @@ inline uint64_t bytes_checksum(const at::Tensor& t) {
   uint64_t h = 1469598103934665603ull;
   for (int64_t i = 0; i < static_cast<int64_t>(c.nbytes()); ++i) h = (h ^ p[i]) * 1099511628211ull;
   return h;
+}
+
+// World ranks 0..n-1: the student list of a group whose communicator is the whole world.
+inline std::vector<int> all_ranks(int n) {
+  std::vector<int> out;
+  for (int r = 0; r < n; ++r) out.push_back(r);
+  return out;
 }
 
 // Bit-exact comparison (NaN payloads and signed zeros included).

@@ -93,9 +93,7 @@ void expect_same(const Model& a, const Model& b, const std::vector<std::string>&
 TEST(ShardedAdamW, EqualsReplicatedAdamWThroughGrowthFreezeResetAndCheckpoints) {
   auto world = make_mpi_communicator(mpi());
   const int ranks = world->size(), rank = world->rank();
-  std::vector<int> world_ranks(ranks);
-  for (int r = 0; r < ranks; ++r) world_ranks[r] = r;
-  CommStudentGroup group(*world, world_ranks);
+  CommStudentGroup group(*world, test::all_ranks(ranks));
 
   const std::map<std::string, std::vector<int64_t>> shapes = {
       {"a", {5, 3}}, {"b", {7}}, {"c", {4, 4}}, {"d", {3, 6}}, {"e", {2}}};
