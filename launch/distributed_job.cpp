@@ -82,11 +82,9 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
   const int64_t teacher_layers = check_teacher_checkpoint(cfg, vocab, *tokenizer);
   // The last stage runs the LM head (≈ 3 layers' worth at 8B) unless the students hold it.
   const Qwen3Config tc = read_qwen3_config(cfg.teacher.checkpoint + "/config.json");
-  const double head_layers =
-      cfg.distill.logits == "hidden"
-          ? 0.0
-          : lm_head_layer_equivalents(tc.vocab_size, tc.hidden_size, tc.num_attention_heads, tc.num_key_value_heads,
-                                      tc.head_dim, tc.intermediate_size);
+  const double head_layers = last_stage_head_layers(cfg.distill.logits, tc.vocab_size, tc.hidden_size,
+                                                    tc.num_attention_heads, tc.num_key_value_heads, tc.head_dim,
+                                                    tc.intermediate_size);
   const RankLayout layout = make_rank_layout(cfg.parallel, mpi.size(), static_cast<int>(teacher_layers), head_layers);
   const GrowthSchedule schedule = make_growth_schedule(cfg);  // bad budgets fail on every rank, early
   const int first_student = layout.student_rank(0);

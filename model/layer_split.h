@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -46,5 +47,11 @@ std::vector<std::pair<int, int>> split_layers_with_head(int num_layers, int stag
 // intermediate 12288, vocab 151936): 622.3M / 192.9M = 3.23 layers.
 double lm_head_layer_equivalents(int64_t vocab, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim,
                                  int64_t intermediate);
+
+// The head_layers a run's teacher split counts for its last stage, by distill.logits: 0 with
+// "hidden" (the students run the head), else lm_head_layer_equivalents. The one rule the
+// distributed job and `deepen plan` both split by, so the plan costs the stages the job runs.
+double last_stage_head_layers(const std::string& distill_logits, int64_t vocab, int64_t hidden, int64_t heads,
+                              int64_t kv_heads, int64_t head_dim, int64_t intermediate);
 
 }  // namespace deepen

@@ -35,9 +35,7 @@ std::string lower(std::string s) {
 std::vector<int64_t> stage_layers(const PlanInput& in, int64_t stages) {
   const ModelShape& t = in.teacher;
   const double head_layers =
-      in.distill.logits == "hidden"
-          ? 0.0
-          : lm_head_layer_equivalents(t.vocab, t.hidden, t.heads, t.kv_heads, t.head_dim, t.intermediate);
+      last_stage_head_layers(in.distill.logits, t.vocab, t.hidden, t.heads, t.kv_heads, t.head_dim, t.intermediate);
   std::vector<int64_t> out;
   for (const auto& [first, last] :
        split_layers_with_head(static_cast<int>(t.layers), static_cast<int>(stages), head_layers))

@@ -53,6 +53,15 @@ TEST(SplitLayers, CountingTheHeadMovesLayersOffTheLastStage) {
   EXPECT_THROW(split_layers_with_head(3, 2, -1), InputError);
 }
 
+// What the distributed job and the plan split by: the head counted for full and top-k logits,
+// not for the hidden-state channel.
+TEST(SplitLayers, TheLastStageCountsTheHeadUnlessTheStudentsRunIt) {
+  const double head_8b = lm_head_layer_equivalents(151936, 4096, 32, 8, 128, 12288);
+  EXPECT_EQ(last_stage_head_layers("full", 151936, 4096, 32, 8, 128, 12288), head_8b);
+  EXPECT_EQ(last_stage_head_layers("topk", 151936, 4096, 32, 8, 128, 12288), head_8b);
+  EXPECT_EQ(last_stage_head_layers("hidden", 151936, 4096, 32, 8, 128, 12288), 0.0);
+}
+
 TEST(SplitLayers, WithoutAHeadTheSplitIsThePlainOne) {
   for (int layers = 1; layers <= 60; ++layers)
     for (int stages = 1; stages <= layers; ++stages)
