@@ -10,7 +10,8 @@
 // gradients made again as the next backward would (the moments and whatever the step keeps), the growth of its peak during the steps (the step's
 // temporaries too: buckets, shards), the optimizer's own count of moment bytes, and the step time.
 // Large blocks are mmapped (M_MMAP_THRESHOLD 1 MiB), so freed temporaries leave the resident set.
-// Replicated = every student's AdamW state whole + bucketed all-reduce (the trainer's path).
+// Replicated = every student's AdamW state whole + CommStudentGroup::average's bucketed all-reduce
+// (the trainer's replicated step posts the same all-reduces per bucket, from train/gradient_buckets.h).
 #include <malloc.h>
 #include <unistd.h>
 

@@ -71,6 +71,13 @@ at::Tensor file_tensor(const SafetensorsFile& file, const TensorInfo& info) {
   return view_or_copy(info, file.shared_data(info), file.path() + ": tensor " + info.name);
 }
 
+std::map<std::string, at::Tensor> read_tensors(const std::string& path) {
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  std::map<std::string, at::Tensor> out;
+  for (const auto& info : file.tensors()) out[info.name] = file_tensor(file, info);
+  return out;
+}
+
 void write_tensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                    const std::map<std::string, std::string>& metadata) {
   std::vector<at::Tensor> keep;  // the CPU copies the spans below point into

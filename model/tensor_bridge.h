@@ -22,6 +22,10 @@ DType to_safetensors_dtype(at::ScalarType type, const std::string& what);
 at::Tensor checkpoint_tensor(const SafetensorsCheckpoint& checkpoint, const std::string& name);
 at::Tensor file_tensor(const SafetensorsFile& file, const TensorInfo& info);
 
+// Every tensor of a safetensors file by name, as file_tensor gives them (read-only CPU views
+// where aligned): the reading counterpart of write_tensors. Throws naming the path.
+std::map<std::string, at::Tensor> read_tensors(const std::string& path);
+
 // Writes named tensors (any device/dtype; each copied to CPU contiguous, dtype kept) with
 // write_safetensors: atomic, in the given order.
 void write_tensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,

@@ -5,21 +5,14 @@
 #include <regex>
 #include <set>
 #include <stdexcept>
+#include <string_view>
 
 #include <ATen/ATen.h>
 
-#include "model/safetensors.h"
 #include "model/tensor_bridge.h"
 #include "run_folder/run_folder.h"
 
 namespace deepen {
-
-std::map<std::string, at::Tensor> read_tensor_file(const std::string& path) {
-  const SafetensorsFile file = SafetensorsFile::open(path);
-  std::map<std::string, at::Tensor> out;
-  for (const auto& info : file.tensors()) out[info.name] = file_tensor(file, info);
-  return out;
-}
 
 int64_t optimizer_shard_count(const std::string& checkpoint_dir) {
   static const std::regex shard_name(R"(optimizer\.shard-(\d{5})-of-(\d{5})\.safetensors)");
@@ -41,7 +34,7 @@ int64_t optimizer_shard_count(const std::string& checkpoint_dir) {
 std::map<std::string, at::Tensor> read_whole_optimizer_state(
     const std::string& checkpoint_dir, const std::map<std::string, std::vector<int64_t>>& shapes) {
   const int64_t shards = optimizer_shard_count(checkpoint_dir);
-  if (shards == 0) return read_tensor_file(RunFolder::checkpoint_optimizer(checkpoint_dir));
+  if (shards == 0) return read_tensors(RunFolder::checkpoint_optimizer(checkpoint_dir));
   std::map<std::string, at::Tensor> out;
   std::map<std::string, int64_t> covered;
   for (const auto& [name, shape] : shapes) {
@@ -51,18 +44,13 @@ std::map<std::string, at::Tensor> read_whole_optimizer_state(
   }
   for (int64_t r = 0; r < shards; ++r) {
     const std::string path = RunFolder::checkpoint_optimizer_shard(checkpoint_dir, r, shards);
-    const std::map<std::string, at::Tensor> part = read_tensor_file(path);
+    const std::map<std::string, at::Tensor> part = read_tensors(path);
     for (const auto& [key, t] : part) {
-      const std::string suffix = ".offset";
-      if (key.size() <= suffix.size() || key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0) {
-        const std::string step_suffix = ".step";
-        if (key.size() > step_suffix.size() &&
-            key.compare(key.size() - step_suffix.size(), step_suffix.size(), step_suffix) == 0 &&
-            shapes.count(key.substr(0, key.size() - step_suffix.size())))
-          out[key] = t.clone();
-        continue;
-      }
-      const std::string name = key.substr(0, key.size() - suffix.size());
+      // A slice is found by its offset entry; its moments are read by the same name below.
+      constexpr std::string_view kStep = ".step", kOffset = ".offset";
+      if (key.ends_with(kStep) && shapes.count(key.substr(0, key.size() - kStep.size()))) out[key] = t.clone();
+      if (!key.ends_with(kOffset)) continue;
+      const std::string name = key.substr(0, key.size() - kOffset.size());
       if (!shapes.count(name)) continue;  // state of a parameter that no longer trains
       const int64_t offset = t.item<int64_t>();
       for (const char* m : {".exp_avg", ".exp_avg_sq"}) {

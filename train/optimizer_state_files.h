@@ -11,9 +11,6 @@
 
 namespace deepen {
 
-// Every tensor of a safetensors file, by name (CPU). Throws naming the path.
-std::map<std::string, at::Tensor> read_tensor_file(const std::string& path);
-
 // How many optimizer shard files the checkpoint holds: 0 for a replicated checkpoint. Throws
 // std::runtime_error naming the folder when shard files of different counts, or a missing shard,
 // are found.

@@ -51,6 +51,11 @@ struct ShardLayout {
   std::vector<Owned> owned(int64_t rank) const;
 };
 
+// Elements of `element_size` bytes in a bucket of `bucket_bytes` (parallel.bucket_cap_mb), at least 1.
+inline int64_t bucket_elements(int64_t bucket_bytes, int64_t element_size) {
+  return bucket_bytes / element_size > 0 ? bucket_bytes / element_size : 1;
+}
+
 // Pure. numels: the parameters' element counts in the trainer's order; ranks >= 1; bucket_elements >= 1.
 ShardLayout make_shard_layout(const std::vector<int64_t>& numels, int64_t ranks, int64_t bucket_elements);
 

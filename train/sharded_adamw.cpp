@@ -30,10 +30,14 @@ void ShardedAdamW::clear() {
   buckets_.set_parameters({}, layout_);
 }
 
-void ShardedAdamW::arm_reduction() {
-  if (params_.empty()) return;
+void ShardedAdamW::new_grad_shard() {
   grad_shard_ = at::zeros({layout_.shard_numel()}, exp_avg_.options());
   buckets_.set_shard(grad_shard_);
+}
+
+void ShardedAdamW::arm_reduction() {
+  if (params_.empty()) return;
+  new_grad_shard();
   buckets_.arm();
 }
 
@@ -91,8 +95,7 @@ void ShardedAdamW::set_parameters(const std::vector<std::pair<std::string, at::T
   params_.clear();
   std::vector<int64_t> numels;
   for (const auto& [name, t] : params) {
-    if (!params.empty() && (t.scalar_type() != params.front().second.scalar_type() ||
-                            t.device() != params.front().second.device()))
+    if (t.scalar_type() != params.front().second.scalar_type() || t.device() != params.front().second.device())
       throw std::invalid_argument("ShardedAdamW: parameters of one dtype and device expected (" + name + ")");
     if (!t.is_contiguous()) throw std::invalid_argument("ShardedAdamW: parameter " + name + " is not contiguous");
     params_.push_back({name, t, steps.count(name) ? steps[name] : 0});
@@ -103,8 +106,8 @@ void ShardedAdamW::set_parameters(const std::vector<std::pair<std::string, at::T
     return;
   }
   const at::TensorOptions opts = params_.front().tensor.options().requires_grad(false);
-  const int64_t bucket_elements = std::max<int64_t>(1, bucket_bytes_ / params_.front().tensor.element_size());
-  layout_ = make_shard_layout(numels, group_.size(), bucket_elements);
+  layout_ = make_shard_layout(numels, group_.size(),
+                              bucket_elements(bucket_bytes_, params_.front().tensor.element_size()));
   owned_ = layout_.owned(group_.rank());
   std::vector<at::Tensor> tensors;
   for (const Param& p : params_) tensors.push_back(p.tensor);
@@ -122,10 +125,7 @@ void ShardedAdamW::set_parameters(const std::vector<std::pair<std::string, at::T
 double ShardedAdamW::reduce_gradients() {
   at::NoGradGuard no_grad;
   if (params_.empty()) return 0;
-  if (!grad_shard_.defined()) {  // not armed: every bucket goes now
-    grad_shard_ = at::zeros({layout_.shard_numel()}, exp_avg_.options());
-    buckets_.set_shard(grad_shard_);
-  }
+  if (!grad_shard_.defined()) new_grad_shard();  // not armed: every bucket goes now
   has_grad_ = buckets_.finish();
   // The norm of the mean gradient: each rank's owned slices (padding is zero), summed in fp64.
   const double local_sq = grad_shard_.to(at::kDouble).pow(2).sum().item<double>();
@@ -194,7 +194,7 @@ const at::Tensor& entry(const std::map<std::string, at::Tensor>& tensors, const 
 bool ShardedAdamW::load_shard_state(const std::map<std::string, at::Tensor>& tensors) {
   at::NoGradGuard no_grad;
   size_t slices = 0;
-  for (const auto& [key, t] : tensors) slices += key.size() > 7 && key.compare(key.size() - 7, 7, ".offset") == 0;
+  for (const auto& [key, t] : tensors) slices += key.ends_with(".offset");
   if (slices != owned_.size()) return false;
   for (const ShardLayout::Owned& o : owned_) {
     const std::string& name = params_[static_cast<size_t>(o.param)].name;

@@ -72,6 +72,8 @@ class ShardedAdamW {
     at::Tensor tensor;
     int64_t step = 0;
   };
+  // A zero gradient shard for the coming reduction, handed to the buckets.
+  void new_grad_shard();
   // The whole moments of every parameter, on the host, from every rank's shards (collective).
   std::map<std::string, std::pair<at::Tensor, at::Tensor>> gather_moments() const;
 

@@ -164,6 +164,7 @@ RunOutcome Trainer::run() {
 }
 
 void Trainer::register_parameters() {
+  const int64_t bucket_bytes = static_cast<int64_t>(cfg_.parallel.bucket_cap_mb * (1 << 20));
   if (!optimizer_ && !sharded_) {
     AdamWOptions o;
     o.weight_decay = cfg_.optim.weight_decay;
@@ -171,7 +172,7 @@ void Trainer::register_parameters() {
     o.beta2 = cfg_.optim.betas[1];
     o.eps = cfg_.optim.eps;
     if (cfg_.parallel.sharding == "grad_op")
-      sharded_.emplace(o, group_, static_cast<int64_t>(cfg_.parallel.bucket_cap_mb * (1 << 20)));
+      sharded_.emplace(o, group_, bucket_bytes);
     else
       optimizer_.emplace(o);
   }
@@ -194,9 +195,8 @@ void Trainer::register_parameters() {
   optimizer_->keep_only(trainable);
   if (group_.size() > 1) {
     if (!reducer_) reducer_.emplace(group_, GradientBuckets::Mode::kAverage);
-    const int64_t bucket_bytes = static_cast<int64_t>(cfg_.parallel.bucket_cap_mb * (1 << 20));
     const int64_t elem = tensors.empty() ? 4 : tensors.front().element_size();
-    reducer_->set_parameters(tensors, make_shard_layout(numels, 1, std::max<int64_t>(1, bucket_bytes / elem)));
+    reducer_->set_parameters(tensors, make_shard_layout(numels, 1, bucket_elements(bucket_bytes, elem)));
   }
 }
 

@@ -8,14 +8,13 @@
 #include "config/hash.h"
 #include "config/input_error.h"
 #include "data/tokenizer.h"
-#include "model/safetensors.h"
 #include "model/student_io.h"
 #include "model/tensor_bridge.h"
 #include "run_folder/active_layer_tokens.h"
 #include "run_folder/run_folder.h"
 #include "run_folder/run_info.h"
-#include "train/student_group.h"
 #include "train/optimizer_state_files.h"
+#include "train/student_group.h"
 #include "train/teacher_source.h"
 #include "train/trainer.h"
 
@@ -156,7 +155,7 @@ void Trainer::restore(const CheckpointStore::Found& found) {
   const bool own_shard =
       sharded_ && shards == group_.size() &&
       sharded_->load_shard_state(
-          read_tensor_file(RunFolder::checkpoint_optimizer_shard(found.dir, group_.rank(), group_.size())));
+          read_tensors(RunFolder::checkpoint_optimizer_shard(found.dir, group_.rank(), group_.size())));
   if (!own_shard) {
     std::map<std::string, std::vector<int64_t>> shapes;
     for (const auto& [name, p] : student_->named_trainable_parameters()) shapes[name] = p.sizes().vec();

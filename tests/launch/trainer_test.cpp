@@ -477,10 +477,7 @@ TEST(Trainer, TeacherInitWithAnotherWidthFailsNamingBothWidths) {
 std::map<std::string, at::Tensor> optimizer_state(const fs::path& run, int64_t last_step) {
   char name[32];
   std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(last_step));
-  const auto file = SafetensorsFile::open((run / "checkpoints" / name / "optimizer.safetensors").string());
-  std::map<std::string, at::Tensor> out;
-  for (const auto& info : file.tensors()) out[info.name] = file_tensor(file, info).clone();
-  return out;
+  return read_tensors((run / "checkpoints" / name / "optimizer.safetensors").string());
 }
 
 // Phases of 4 steps (1, 2, 3 blocks), warmup 2, lr 3e-3 -> 3e-4 in every phase under "reset".

@@ -161,7 +161,7 @@ TEST(ShardedAdamW, EqualsReplicatedAdamWThroughGrowthFreezeResetAndCheckpoints) 
 
   ShardedAdamW same_layout(kOptions, group, 48);
   same_layout.set_parameters(sm.ordered(order));
-  EXPECT_TRUE(same_layout.load_shard_state(read_tensor_file(RunFolder::checkpoint_optimizer_shard(dir, rank, ranks))));
+  EXPECT_TRUE(same_layout.load_shard_state(read_tensors(RunFolder::checkpoint_optimizer_shard(dir, rank, ranks))));
 
   std::map<std::string, std::vector<int64_t>> trained;
   for (const auto& n : order) trained[n] = shapes.at(n);
@@ -173,7 +173,7 @@ TEST(ShardedAdamW, EqualsReplicatedAdamWThroughGrowthFreezeResetAndCheckpoints) 
   ShardedAdamW other_layout(kOptions, group, 1 << 20);  // one bucket: another split
   other_layout.set_parameters(sm.ordered(order));
   if (ranks > 1)
-    EXPECT_FALSE(other_layout.load_shard_state(read_tensor_file(RunFolder::checkpoint_optimizer_shard(dir, rank, ranks))));
+    EXPECT_FALSE(other_layout.load_shard_state(read_tensors(RunFolder::checkpoint_optimizer_shard(dir, rank, ranks))));
   other_layout.load_full_state(state);
 
   // One more step from each restored optimizer equals the uninterrupted one (each on its own copy).
