@@ -232,5 +232,27 @@ TEST(Config, RankOrderIsRolesOrPipelinesAndRoundTrips) {
       << e;
 }
 
+// Sharding: two strategies, "full" refused naming what is built instead; the bucket size must be
+// positive; the overlap switch and both keys round-trip, and none of them blocks a resume.
+TEST(Config, ShardingIsNoneOrGradOpAndFullIsRefusedSayingSo) {
+  const Config c = parse_config(kMinimal, "x.toml",
+                                {"parallel.sharding=\"grad_op\"", "parallel.bucket_cap_mb=0.5",
+                                 "parallel.overlap_grad_reduce=false"});
+  const Config back = parse_config(to_toml(c), "resolved.toml");
+  EXPECT_EQ(back.parallel.sharding, "grad_op");
+  EXPECT_EQ(back.parallel.bucket_cap_mb, 0.5);
+  EXPECT_FALSE(back.parallel.overlap_grad_reduce);
+  EXPECT_EQ(to_toml(without_layout(c)), to_toml(without_layout(parse_config(kMinimal, "x.toml"))));
+  const std::string full = error_of(kMinimal, {"parallel.sharding=\"full\""});
+  EXPECT_NE(full.find("x.toml: parallel.sharding: \"full\" (parameters sharded too, FSDP's FULL_SHARD) is not built"),
+            std::string::npos)
+      << full;
+  EXPECT_NE(full.find("use \"grad_op\""), std::string::npos) << full;
+  const std::string other = error_of(kMinimal, {"parallel.sharding=\"zero3\""});
+  EXPECT_NE(other.find("parallel.sharding: must be \"none\" | \"grad_op\", got \"zero3\""), std::string::npos) << other;
+  const std::string bucket = error_of(kMinimal, {"parallel.bucket_cap_mb=0"});
+  EXPECT_NE(bucket.find("parallel.bucket_cap_mb: must be > 0"), std::string::npos) << bucket;
+}
+
 }  // namespace
 }  // namespace deepen
