@@ -29,8 +29,8 @@ int64_t eval_batch_count(const Config& cfg) {
 std::vector<BatchKey> step_batches(const BatchCounts& counts, int64_t step, bool eval_after, int64_t first_student,
                                    int64_t count) {
   std::vector<BatchKey> items;
-  for (int64_t s = first_student; s < first_student + count; ++s) {
-    for (int64_t m = 0; m < counts.grad_accum; ++m) items.push_back({BatchKind::kTrain, step, s, m});
+  for (int64_t m = 0; m < counts.grad_accum; ++m) {
+    for (int64_t s = first_student; s < first_student + count; ++s) items.push_back({BatchKind::kTrain, step, s, m});
   }
   if (eval_after) {
     for (int64_t b = 0; b < counts.eval_batches; ++b) {

@@ -45,7 +45,8 @@ inline int64_t eval_batch_owner(int64_t batch, int64_t students) { return batch 
 
 // The micro-batches of students [first_student, first_student + count) around optimizer step
 // `step`, in the order they are produced and consumed: first every train micro-batch of the step
-// (student-major, then micro-batch), then, when an eval follows the step (`eval_after`), the eval
+// (micro-batch-major: every student's micro-batch 0, then every student's 1, ...), then, when an
+// eval follows the step (`eval_after`), the eval
 // batches those students own, in batch order. A pipeline serving students [first, first + count)
 // produces exactly this list; each of its students consumes the sub-list with its own id, in the
 // same order (count = 1 gives it directly). Diagnostic batches never travel: the student computes
@@ -53,12 +54,16 @@ inline int64_t eval_batch_owner(int64_t batch, int64_t students) { return batch 
 //
 // Worked example: S = 2 students on one pipeline, grad_accum = 2, eval.batches = 3, eval after step 3:
 //   step_batches({2, 2, 3}, 3, true, 0, 2) =
-//     train (3, s0, m0) (3, s0, m1) (3, s1, m0) (3, s1, m1), eval (3, s0, b0) (3, s1, b1) (3, s0, b2)
+//     train (3, s0, m0) (3, s1, m0) (3, s0, m1) (3, s1, m1), eval (3, s0, b0) (3, s1, b1) (3, s0, b2)
 //   student 1 consumes step_batches({2, 2, 3}, 3, true, 1, 1) =
 //     train (3, s1, m0) (3, s1, m1), eval (3, s1, b1)
 // Every item of step k is produced before any of step k+1, so a student waiting in step k's
 // all-reduce never waits on an item the teacher holds back: no deadlock, whatever the students'
-// relative speed.
+// relative speed. Likewise every student's micro-batch m comes before any student's m + 1, so
+// students that meet in collectives inside each micro-batch (parallel.sharding = "full" gathers
+// every block in its forward and backward) never wait on a teacher that is blocked sending a later
+// micro-batch to one of them (with student-major order it was: student 0's micro-batch 1 held back
+// student 1's micro-batch 0 while student 0 waited for student 1 in a block's all-gather).
 std::vector<BatchKey> step_batches(const BatchCounts& counts, int64_t step, bool eval_after,
                                    int64_t first_student, int64_t count);
 

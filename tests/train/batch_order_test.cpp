@@ -18,7 +18,7 @@ std::string describe(const std::vector<BatchKey>& keys) {
 TEST(BatchOrder, HeaderExample) {
   const BatchCounts counts{2, 2, 3};
   EXPECT_EQ(describe(step_batches(counts, 3, true, 0, 2)),
-            "train step 3 student 0 micro 0, train step 3 student 0 micro 1, train step 3 student 1 micro 0, "
+            "train step 3 student 0 micro 0, train step 3 student 1 micro 0, train step 3 student 0 micro 1, "
             "train step 3 student 1 micro 1, eval step 3 student 0 batch 0, eval step 3 student 1 batch 1, "
             "eval step 3 student 0 batch 2");
   EXPECT_EQ(describe(step_batches(counts, 3, true, 1, 1)),
@@ -57,6 +57,20 @@ TEST(BatchOrder, EachStudentConsumesItsPipelinesItemsInTheSameOrder) {
       }
     }
   }
+}
+
+// Full sharding's students meet in an all-gather inside every micro-batch: a pipeline must have
+// produced every one of its students' micro-batch m before any micro-batch m + 1.
+TEST(BatchOrder, EveryStudentsMicroBatchComesBeforeAnyStudentsNext) {
+  for (int64_t per : {1, 2, 4})
+    for (int64_t accum : {1, 3}) {
+      const auto items = step_batches({2 * per, accum, 0}, 5, false, per, per);
+      ASSERT_EQ(static_cast<int64_t>(items.size()), per * accum);
+      for (size_t i = 0; i < items.size(); ++i) {
+        EXPECT_EQ(items[i].index, static_cast<int64_t>(i) / per) << "item " << i;
+        EXPECT_EQ(items[i].student, per + static_cast<int64_t>(i) % per) << "item " << i;
+      }
+    }
 }
 
 TEST(BatchOrder, TrainItemsComeBeforeEvalItemsAndEvalStepsFollowTheSchedule) {
