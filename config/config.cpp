@@ -385,10 +385,14 @@ void validate_config(const Config& cfg) {
     c.fail("parallel.students", "must be a multiple of parallel.teacher_pipelines = " +
                                     std::to_string(p.teacher_pipelines) + ", got " + std::to_string(p.students));
   c.one_of("parallel.backend", p.backend, {"auto", "mpi", "nccl"});
-  if (p.sharding == "full")
-    c.fail("parallel.sharding", "\"full\" (parameters sharded too, FSDP's FULL_SHARD) is not built: parameters stay "
-                                "replicated; use \"grad_op\" to shard gradients and optimizer state");
-  c.one_of("parallel.sharding", p.sharding, {"none", "grad_op"});
+  c.one_of("parallel.sharding", p.sharding, {"none", "grad_op", "full"});
+  // A block's parameters can be let go after its forward only when the backward recomputes it
+  // (gathering them again); kept for a plain backward, every block would be whole at the end of
+  // the forward and "full" would save nothing over "grad_op".
+  if (p.sharding == "full" && cfg.student.recompute != "layer")
+    c.fail("parallel.sharding", "\"full\" needs student.recompute = \"layer\" (got \"" + cfg.student.recompute +
+                                    "\"): a block's parameters are gathered again for its recomputed backward; "
+                                    "without recomputation use \"grad_op\"");
   c.positive("parallel.bucket_cap_mb", p.bucket_cap_mb);
   c.one_of("parallel.rank_order", p.rank_order, {"roles", "pipelines"});
 

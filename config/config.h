@@ -196,7 +196,11 @@ struct ParallelConfig {
   std::string rank_order = "roles";
   // The students' data parallelism: "none" (each student holds the whole AdamW state; gradients
   // all-reduced) | "grad_op" (FSDP's SHARD_GRAD_OP, ZeRO stage 2: gradients reduce-scattered, the
-  // AdamW moments sharded over the students, updated parameters all-gathered; train/sharded_adamw.h).
+  // AdamW moments sharded over the students, updated parameters all-gathered; train/sharded_adamw.h)
+  // | "full" (FSDP's FULL_SHARD, ZeRO stage 3, for the decoder blocks: as grad_op, and each block's
+  // parameters held as 1/S shards between uses, gathered block by block for the forward and again
+  // for the recomputed backward; every micro-batch's gradients reduce-scattered; needs
+  // student.recompute = "layer").
   std::string sharding = "none";
   double bucket_cap_mb = 32;       // gradient bucket of the students' reduction (DDP's bucket_cap_mb)
   // Launch each bucket's reduction from inside the last micro-batch's backward as soon as its

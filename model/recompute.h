@@ -26,6 +26,10 @@ const char* recompute_name(Recompute mode);
 // enabled and its gradients flow to x and (accumulated into .grad) to every parameter fn uses.
 // Outside grad mode it is just fn(x). fn must be deterministic (no dropout: deepen has none) and
 // must not depend on state that changes between the forward and the backward pass.
-at::Tensor recomputed(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x);
+// `done` (optional) runs once fn's results are no longer needed: after the forward (where nothing
+// is kept) and again after the backward pass through fn. Full sharding releases a block's gathered
+// parameters there (fn gathers them first).
+at::Tensor recomputed(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x,
+                      const std::function<void()>& done = nullptr);
 
 }  // namespace deepen

@@ -3,6 +3,8 @@
 #include "model/torch_dtype.h"
 
 #include <cstring>
+#include <functional>
+#include <string_view>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -147,6 +149,19 @@ GrowableStudent::GrowableStudent(const StudentSpec& spec, int64_t depth, uint64_
   }
 }
 
+int64_t block_of_parameter(const std::string& name) {
+  static constexpr std::string_view kPrefix = "layers.";
+  if (!name.starts_with(kPrefix)) return -1;
+  const size_t dot = name.find('.', kPrefix.size());
+  if (dot == std::string::npos || dot == kPrefix.size()) return -1;
+  int64_t block = 0;
+  for (size_t i = kPrefix.size(); i < dot; ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    block = block * 10 + (name[i] - '0');
+  }
+  return block;
+}
+
 DecoderBlock GrowableStudent::make_block(int64_t index) const {
   DecoderBlock block(spec_.decoder, spec_.norm, at::TensorOptions().dtype(at::kFloat));
   init_like_hf(*block, generator_for(seed_, kBlockTag + static_cast<uint64_t>(index)));
@@ -252,8 +267,13 @@ at::Tensor GrowableStudent::embed(const at::Tensor& ids) {
   return entry_norm_ ? entry_norm_(x) : x;
 }
 
-at::Tensor GrowableStudent::apply_block(int64_t i, const at::Tensor& x) {
-  return block(i)->forward(x, rotary(x.size(1)));
+at::Tensor GrowableStudent::apply_block(int64_t i, const at::Tensor& x) { return run_block(i, x, rotary(x.size(1))); }
+
+at::Tensor GrowableStudent::run_block(int64_t i, const at::Tensor& x, const Rotary& rope) {
+  if (gate_) gate_->gather(i);
+  at::Tensor y = block(i)->forward(x, rope);
+  if (gate_ && !at::GradMode::is_enabled()) gate_->release(i);
+  return y;
 }
 
 at::Tensor GrowableStudent::head_input(const at::Tensor& last_block_output) {
@@ -264,10 +284,18 @@ at::Tensor GrowableStudent::forward_hidden(const at::Tensor& ids) {
   at::Tensor x = embed(ids);  // through the entry norm, if any
   const Rotary rope = rotary(ids.size(1));
   for (int64_t i = 0; i < depth(); ++i) {
-    if (spec_.decoder.recompute == Recompute::kLayer)
-      x = recomputed([b = block(i), rope](const at::Tensor& in) mutable { return b->forward(in, rope); }, x);
-    else
-      x = block(i)->forward(x, rope);
+    auto run = [b = block(i), rope, gate = gate_, i](const at::Tensor& in) mutable {
+      if (gate) gate->gather(i);
+      return b->forward(in, rope);
+    };
+    std::function<void()> done;
+    if (gate_) done = [gate = gate_, i] { gate->release(i); };
+    if (spec_.decoder.recompute == Recompute::kLayer) {
+      x = recomputed(run, x, done);
+    } else {
+      x = run(x);
+      if (done && !at::GradMode::is_enabled()) done();
+    }
   }
   return head_input(x);
 }
@@ -285,7 +313,7 @@ std::vector<at::Tensor> GrowableStudent::residual_stream(const at::Tensor& ids) 
   out.reserve(static_cast<size_t>(depth()) + 1);
   out.push_back(embed(ids));
   const Rotary rope = rotary(ids.size(1));
-  for (int64_t i = 0; i < depth(); ++i) out.push_back(block(i)->forward(out.back(), rope));
+  for (int64_t i = 0; i < depth(); ++i) out.push_back(run_block(i, out.back(), rope));
   return out;
 }
 

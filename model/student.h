@@ -10,6 +10,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 
+#include "model/block_gate.h"
 #include "model/qwen3.h"
 
 namespace deepen {
@@ -47,6 +48,10 @@ StudentPrecision parse_student_precision(const std::string& text, const std::str
 // weights themselves come from copy_teacher_ends, model/student_from_teacher.h).
 // Throws InputError "student.<key>: ..." on bad values.
 StudentSpec student_spec_from_config(const StudentConfig& cfg, int64_t vocab_size);
+
+// The block a GrowableStudent parameter belongs to ("layers.<i>.…" -> i), -1 for the rest
+// (embedding, boundary norm, head).
+int64_t block_of_parameter(const std::string& name);
 
 // How appended blocks are initialized.
 //   random:    normal(0, 0.02) weights, unit norms, from a generator seeded by (seed, block index),
@@ -133,9 +138,17 @@ class GrowableStudent : public torch::nn::Module {
 
   DecoderBlock block(int64_t i) const;
 
+  // Full sharding: blocks' parameters are gathered through `gate` around each use (forward_hidden,
+  // residual_stream, apply_block); nullptr (the default): they are always whole. The gate must
+  // outlive its use. Under grad mode without layer recomputation a gathered block stays gathered
+  // (its parameters are saved for the backward pass); its owner releases it after the step.
+  void set_block_gate(BlockGate* gate) { gate_ = gate; }
+
  private:
   DecoderBlock make_block(int64_t index) const;  // random init, on device() and spec dtype
   Rotary rotary(int64_t seq_len) const;
+  // Block i through the gate (gathered before, released after when no graph keeps it).
+  at::Tensor run_block(int64_t i, const at::Tensor& x, const Rotary& rope);
 
   StudentSpec spec_;
   uint64_t seed_;
@@ -144,6 +157,7 @@ class GrowableStudent : public torch::nn::Module {
   torch::nn::ModuleList layers_{nullptr};
   RMSNorm norm_{nullptr};           // pre-norm only
   Projection lm_head_{nullptr};     // untied only
+  BlockGate* gate_ = nullptr;
 };
 
 }  // namespace deepen

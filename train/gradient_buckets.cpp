@@ -66,9 +66,11 @@ void GradientBuckets::set_parameters(std::vector<at::Tensor> params, ShardLayout
             ++s->launched_in_backward;
             --s->next;
           }
-          // MPI moves a posted collective only inside MPI calls: poll what is in flight.
+          // MPI moves a posted collective only inside MPI calls: poll what is in flight. A finished
+          // reduce-scatter is let go at once: its request holds the bucket's flat copy, and under
+          // full sharding the buckets of a whole backward would otherwise all live until finish().
           for (auto& p : s->pending)
-            if (p) p->test();
+            if (p && p->test() && s->owner->mode_ == Mode::kReduceScatter) p.reset();
         }));
   }
 }
@@ -101,8 +103,8 @@ void GradientBuckets::launch(int64_t bucket) {
     flat.narrow(0, pl.offset, pl.numel).copy_(grad.reshape({-1}));
     s.has_grad[static_cast<size_t>(p)] = true;
   }
-  s.flat[static_cast<size_t>(bucket)] = flat;
   if (mode_ == Mode::kAverage) {
+    s.flat[static_cast<size_t>(bucket)] = flat;  // read back by finish()
     s.pending[static_cast<size_t>(bucket)] = group_.start_average(flat);
     return;
   }
@@ -121,7 +123,7 @@ std::vector<bool> GradientBuckets::finish() {
     throw std::logic_error("GradientBuckets: reduce-scatter without a shard of the layout's size");
   for (; s.next >= 0; --s.next) launch(s.next);
   for (int64_t b = static_cast<int64_t>(layout_.buckets.size()) - 1; b >= 0; --b) {
-    s.pending[static_cast<size_t>(b)]->wait();
+    if (s.pending[static_cast<size_t>(b)]) s.pending[static_cast<size_t>(b)]->wait();
     if (mode_ != Mode::kAverage) continue;
     const ShardLayout::Bucket& bucket = layout_.buckets[static_cast<size_t>(b)];
     for (int64_t p = bucket.first_param; p < bucket.end_param; ++p) {

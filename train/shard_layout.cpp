@@ -6,10 +6,14 @@
 
 namespace deepen {
 
-ShardLayout make_shard_layout(const std::vector<int64_t>& numels, int64_t ranks, int64_t bucket_elements) {
+ShardLayout make_shard_layout(const std::vector<int64_t>& numels, int64_t ranks, int64_t bucket_elements,
+                              const std::vector<int64_t>& units) {
   if (ranks < 1 || bucket_elements < 1) throw std::invalid_argument("make_shard_layout: ranks and bucket size >= 1");
+  if (!units.empty() && units.size() != numels.size())
+    throw std::invalid_argument("make_shard_layout: one unit per parameter expected");
   ShardLayout layout;
   layout.ranks = ranks;
+  layout.units = units.empty() ? std::vector<int64_t>(numels.size(), 0) : units;
   const int64_t n = static_cast<int64_t>(numels.size());
   int64_t i = 0;
   while (i < n) {
@@ -18,7 +22,8 @@ ShardLayout make_shard_layout(const std::vector<int64_t>& numels, int64_t ranks,
     int64_t used = 0;
     // Same rule as the replicated all-reduce's buckets: consecutive parameters until the next one
     // would overflow; a parameter larger than a bucket travels alone.
-    while (i < n && (i == b.first_param || used + numels[static_cast<size_t>(i)] <= bucket_elements)) {
+    while (i < n && (i == b.first_param || (used + numels[static_cast<size_t>(i)] <= bucket_elements &&
+                                            layout.units[static_cast<size_t>(i)] == layout.units[static_cast<size_t>(b.first_param)]))) {
       layout.params.push_back({static_cast<int64_t>(layout.buckets.size()), used, numels[static_cast<size_t>(i)]});
       used += numels[static_cast<size_t>(i)];
       ++i;

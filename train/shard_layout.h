@@ -13,6 +13,8 @@ namespace deepen {
 // to a multiple of the rank count S and split into S equal chunks, chunk r owned by rank r. A
 // parameter never spans buckets, so a rank owns at most one contiguous slice of each parameter.
 // Rank r's shard is its chunks of every bucket, end to end.
+// With `units` (full sharding: a unit is what is gathered whole at once, a decoder block), a
+// bucket never holds parameters of two units, so gathering one unit's buckets gathers exactly it.
 //
 // Example: parameters of 6, 4 and 3 elements, S = 2, bucket_elements 8:
 //   bucket 0 = p0 (6 elements, no padding),      chunks of 3:  rank 0 p0[0,3)  rank 1 p0[3,6)
@@ -40,6 +42,7 @@ struct ShardLayout {
   int64_t ranks = 1;
   std::vector<Placement> params;
   std::vector<Bucket> buckets;
+  std::vector<int64_t> units;  // per parameter (all 0 when made without units)
 
   int64_t chunk(int64_t bucket) const { return buckets[static_cast<size_t>(bucket)].size / ranks; }
   // Elements of one rank's shard (the same on every rank): the sum of the buckets' chunks.
@@ -56,7 +59,11 @@ inline int64_t bucket_elements(int64_t bucket_bytes, int64_t element_size) {
   return bucket_bytes / element_size > 0 ? bucket_bytes / element_size : 1;
 }
 
-// Pure. numels: the parameters' element counts in the trainer's order; ranks >= 1; bucket_elements >= 1.
-ShardLayout make_shard_layout(const std::vector<int64_t>& numels, int64_t ranks, int64_t bucket_elements);
+// Pure. numels: the parameters' element counts in the trainer's order; ranks >= 1; bucket_elements >= 1;
+// units: empty, or one per parameter (a bucket is closed where the unit changes).
+// Example with units: numels {6, 4, 3}, units {0, 0, 1}, S = 2, bucket_elements 16: bucket 0 =
+// p0 + p1 (10 elements), bucket 1 = p2 (3, padded to 4), where without units one bucket holds all.
+ShardLayout make_shard_layout(const std::vector<int64_t>& numels, int64_t ranks, int64_t bucket_elements,
+                              const std::vector<int64_t>& units = {});
 
 }  // namespace deepen

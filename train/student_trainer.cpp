@@ -75,7 +75,10 @@ RunOutcome Trainer::run() {
     }
     register_parameters();
   }
-  group_.check_same(student_->parameter_checksum(), "initial student parameters", progress_.steps_done);
+  {
+    const ShardedAdamW::WholeScope whole = whole_blocks();
+    group_.check_same(student_->parameter_checksum(), "initial student parameters", progress_.steps_done);
+  }
 
   const int64_t total = schedule_.total_steps();
   timer_.restart();
@@ -90,7 +93,11 @@ RunOutcome Trainer::run() {
       return RunOutcome::kStopped;
     }
     const int stage = schedule_.stage_of(step);
-    if (schedule_.is_phase_start(step)) timer_.time(StudentPart::kGrowth, [&] { begin_phase(step, stage); });
+    if (schedule_.is_phase_start(step))
+      timer_.time(StudentPart::kGrowth, [&] {
+        const ShardedAdamW::WholeScope whole = whole_blocks();
+        begin_phase(step, stage);
+      });
 
     // This student's micro-batches of the step, in the order the teacher sends their targets.
     const bool eval_after = is_eval_step(cfg_, schedule_, step);
@@ -141,12 +148,20 @@ RunOutcome Trainer::run() {
     timer_.add(StudentPart::kRecords, std::chrono::duration<double>(Clock::now() - records_start).count());
 
     const bool stage_end = schedule_.is_stage_end(step);
-    if (eval_after) timer_.time(StudentPart::kEval, [&] { evaluate(step, stage, stage_end, batches); });
+    // Evaluation and diagnostics read the whole model: full sharding gathers it on every student
+    // (each evaluates its own batches, and only student 0 diagnoses).
+    if (eval_after)
+      timer_.time(StudentPart::kEval, [&] {
+        const ShardedAdamW::WholeScope whole = whole_blocks();
+        evaluate(step, stage, stage_end, batches);
+      });
     const bool last = step + 1 == total;
     const bool periodic = cfg_.eval.diagnostics_every > 0 && (step + 1) % cfg_.eval.diagnostics_every == 0;
-    if (leader_ && (stage_end || periodic))
-      timer_.time(StudentPart::kDiagnostics,
-                  [&] { diagnose(step, stage, last ? "final" : stage_end ? "stage_end" : "periodic"); });
+    if (stage_end || periodic)
+      timer_.time(StudentPart::kDiagnostics, [&] {
+        const ShardedAdamW::WholeScope whole = whole_blocks();
+        if (leader_) diagnose(step, stage, last ? "final" : stage_end ? "stage_end" : "periodic");
+      });
     report.last_eval_ce = progress_.last_eval_ce;
     report.last_eval_kl = progress_.last_eval_kl;
     timer_.time(StudentPart::kRecords, [&] {
@@ -159,7 +174,10 @@ RunOutcome Trainer::run() {
       saved = step + 1;
     }
   }
-  if (progress_.steps_done == total && leader_) finish();
+  if (progress_.steps_done == total) {
+    const ShardedAdamW::WholeScope whole = whole_blocks();
+    if (leader_) finish();
+  }
   return RunOutcome::kFinished;
 }
 
@@ -172,7 +190,9 @@ void Trainer::register_parameters() {
     o.beta2 = cfg_.optim.betas[1];
     o.eps = cfg_.optim.eps;
     if (cfg_.parallel.sharding == "grad_op")
-      sharded_.emplace(o, group_, bucket_bytes);
+      sharded_.emplace(o, group_, bucket_bytes, ShardedAdamW::Mode::kGradOp);
+    else if (cfg_.parallel.sharding == "full")
+      sharded_.emplace(o, group_, bucket_bytes, ShardedAdamW::Mode::kFull);
     else
       optimizer_.emplace(o);
   }
@@ -180,7 +200,11 @@ void Trainer::register_parameters() {
   // has no gradient and no moments, and a parameter that froze drops its moments.
   const auto trainable_params = student_->named_trainable_parameters();
   if (sharded_) {
-    sharded_->set_parameters({trainable_params.begin(), trainable_params.end()});
+    // Full sharding gathers a decoder block at a time: a block's parameters are one unit.
+    std::vector<int64_t> units;
+    for (const auto& [name, p] : trainable_params) units.push_back(block_of_parameter(name));
+    sharded_->set_parameters({trainable_params.begin(), trainable_params.end()}, units);
+    student_->set_block_gate(sharded_->mode() == ShardedAdamW::Mode::kFull ? &*sharded_ : nullptr);
     return;
   }
   std::vector<std::string> trainable;
@@ -199,6 +223,8 @@ void Trainer::register_parameters() {
     reducer_->set_parameters(tensors, make_shard_layout(numels, 1, bucket_elements(bucket_bytes, elem)));
   }
 }
+
+ShardedAdamW::WholeScope Trainer::whole_blocks() { return ShardedAdamW::WholeScope(sharded_ ? &*sharded_ : nullptr); }
 
 void Trainer::arm_gradient_reduction() {
   if (!cfg_.parallel.overlap_grad_reduce) return;
@@ -279,7 +305,9 @@ Trainer::StepLosses Trainer::train_step(int64_t step, const std::vector<BatchKey
     });
     prefetch(i + 1);
     // The last micro-batch's backward completes the step's gradients: its buckets may go early.
-    if (i + 1 == micro.size()) arm_gradient_reduction();
+    // Full sharding reduce-scatters every micro-batch's gradients (no whole gradient is kept).
+    const bool full = sharded_ && sharded_->mode() == ShardedAdamW::Mode::kFull;
+    if (full || i + 1 == micro.size()) arm_gradient_reduction();
     timer_.time(StudentPart::kCompute, [&] {
       const at::Tensor hidden = student_->forward_hidden(mb.inputs.to(device_));
       const DistillLoss l =
@@ -292,6 +320,7 @@ Trainer::StepLosses Trainer::train_step(int64_t step, const std::vector<BatchKey
       sums[2] += l.ce.item<double>() * n;
       sums[3] += n;
     });
+    if (full) timer_.time(StudentPart::kGradSync, [&] { sharded_->accumulate_reduction(); });
   }
   out.lr = lr_.at(step);  // recorded as the step's "lr": the value the update used
   out.grad_norm = reduce_and_update(out.lr);

@@ -60,6 +60,9 @@ class Trainer {
   double reduce_and_update(double lr);
   // parallel.overlap_grad_reduce: lets the coming backward launch the gradient buckets.
   void arm_gradient_reduction();
+  // parallel.sharding = "full": the whole model on every student for the scope (collective:
+  // every student opens it at the same point); otherwise nothing.
+  ShardedAdamW::WholeScope whole_blocks();
   void print_progress(const StepReport& r) const;
 
   // trainer_eval.cpp: validation CE and KL over the eval batches this student owns.
@@ -96,7 +99,7 @@ class Trainer {
   DistillLossOptions loss_options_, eval_options_;
   std::shared_ptr<GrowableStudent> student_;
   // One of the two: the whole AdamW state on every student (parallel.sharding = "none"), or its
-  // 1/S shard ("grad_op").
+  // 1/S shard ("grad_op"; "full" shards the blocks' parameters too).
   std::optional<AdamW> optimizer_;
   std::optional<ShardedAdamW> sharded_;
   // Replicated with more than one student: the gradient all-reduce, bucket by bucket.

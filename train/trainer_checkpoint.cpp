@@ -114,6 +114,7 @@ std::string Trainer::write_optimizer_shard(const CheckpointStore& store, int64_t
 }
 
 void Trainer::checkpoint(CheckpointStore& store, bool final_step) {
+  const ShardedAdamW::WholeScope whole = whole_blocks();  // the student's file holds every block whole
   group_.check_same(student_->parameter_checksum(), "parameters at checkpoint", progress_.steps_done - 1);
   const std::string staging = sharded_ ? write_optimizer_shard(store, progress_.steps_done - 1) : "";
   if (!leader_) return;
@@ -148,6 +149,8 @@ void Trainer::restore(const CheckpointStore::Found& found) {
   progress_ = read_train_progress(found.dir);
   // Freeze first: only the parameters that train at the saved step hold optimizer state.
   if (progress_.steps_done > 0) apply_freeze(schedule_.stage_of(progress_.steps_done - 1));
+  std::map<std::string, std::vector<int64_t>> shapes;  // before full sharding empties the blocks
+  for (const auto& [name, p] : student_->named_trainable_parameters()) shapes[name] = p.sizes().vec();
   register_parameters();
   // A sharded run on as many students reads only its own shard; any other pairing (another S,
   // another bucket size, replicated <-> sharded) assembles the whole state and takes its part.
@@ -157,8 +160,6 @@ void Trainer::restore(const CheckpointStore::Found& found) {
       sharded_->load_shard_state(
           read_tensors(RunFolder::checkpoint_optimizer_shard(found.dir, group_.rank(), group_.size())));
   if (!own_shard) {
-    std::map<std::string, std::vector<int64_t>> shapes;
-    for (const auto& [name, p] : student_->named_trainable_parameters()) shapes[name] = p.sizes().vec();
     const auto state = read_whole_optimizer_state(found.dir, shapes);
     // Copies the CPU file tensors into state on the parameters' device.
     if (sharded_) sharded_->load_full_state(state);

@@ -234,7 +234,7 @@ TEST(Config, RankOrderIsRolesOrPipelinesAndRoundTrips) {
 
 // Sharding: two strategies, "full" refused naming what is built instead; the bucket size must be
 // positive; the overlap switch and both keys round-trip, and none of them blocks a resume.
-TEST(Config, ShardingIsNoneOrGradOpAndFullIsRefusedSayingSo) {
+TEST(Config, ShardingIsNoneGradOpOrFullAndFullNeedsLayerRecompute) {
   const Config c = parse_config(kMinimal, "x.toml",
                                 {"parallel.sharding=\"grad_op\"", "parallel.bucket_cap_mb=0.5",
                                  "parallel.overlap_grad_reduce=false"});
@@ -243,13 +243,19 @@ TEST(Config, ShardingIsNoneOrGradOpAndFullIsRefusedSayingSo) {
   EXPECT_EQ(back.parallel.bucket_cap_mb, 0.5);
   EXPECT_FALSE(back.parallel.overlap_grad_reduce);
   EXPECT_EQ(to_toml(without_layout(c)), to_toml(without_layout(parse_config(kMinimal, "x.toml"))));
-  const std::string full = error_of(kMinimal, {"parallel.sharding=\"full\""});
-  EXPECT_NE(full.find("x.toml: parallel.sharding: \"full\" (parameters sharded too, FSDP's FULL_SHARD) is not built"),
+  // "full" with layer recomputation round-trips and leaves the resume hash's settings alone.
+  const Config full = parse_config(kMinimal, "x.toml", {"parallel.sharding=\"full\"", "student.recompute=\"layer\""});
+  EXPECT_EQ(parse_config(to_toml(full), "resolved.toml").parallel.sharding, "full");
+  EXPECT_EQ(to_toml(without_layout(without_execution_settings(full))),
+            to_toml(without_layout(without_execution_settings(parse_config(kMinimal, "x.toml")))));
+  const std::string no_recompute = error_of(kMinimal, {"parallel.sharding=\"full\""});
+  EXPECT_NE(no_recompute.find("x.toml: parallel.sharding: \"full\" needs student.recompute = \"layer\" (got \"none\")"),
             std::string::npos)
-      << full;
-  EXPECT_NE(full.find("use \"grad_op\""), std::string::npos) << full;
+      << no_recompute;
+  EXPECT_NE(no_recompute.find("use \"grad_op\""), std::string::npos) << no_recompute;
   const std::string other = error_of(kMinimal, {"parallel.sharding=\"zero3\""});
-  EXPECT_NE(other.find("parallel.sharding: must be \"none\" | \"grad_op\", got \"zero3\""), std::string::npos) << other;
+  EXPECT_NE(other.find("parallel.sharding: must be \"none\" | \"grad_op\" | \"full\", got \"zero3\""), std::string::npos)
+      << other;
   const std::string bucket = error_of(kMinimal, {"parallel.bucket_cap_mb=0"});
   EXPECT_NE(bucket.find("parallel.bucket_cap_mb: must be > 0"), std::string::npos) << bucket;
 }

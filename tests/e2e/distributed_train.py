@@ -37,12 +37,16 @@ Cases:
   sharded-4        == the replicated run on the same layout, through two growth events (moments kept and
                    re-sharded on S = 3, phase resets on S = 2, 4), clipping on; the checkpoint holds one
                    optimizer shard per student. sharded-4 also resumes its S = 4 checkpoint on S = 2.
+  sharded-full-2   the same with parallel.sharding = "full" (and student.recompute = "layer"): each
+  sharded-full-3   block's parameters sharded between uses, gathered for its forward and its
+  sharded-full-4   recomputed backward; every micro-batch's gradients reduce-scattered.
   shard-write-fails  a sharded run whose student 1 cannot write its optimizer shard at a checkpoint:
                    every rank stops with an error (student 1's names the file), no checkpoint folder
                    for that step and no staging folder are left, the previous checkpoint is intact,
                    and the run resumes from it to the end
   overlap          parallel.overlap_grad_reduce = false vs true (buckets launched from inside the last
-                   micro-batch's backward), replicated and sharded on S = 3: bit-identical
+                   micro-batch's backward; every micro-batch's under "full"), replicated, grad_op and
+                   full on S = 3: bit-identical
   gpu-asked        a 2-rank job asking for CUDA and NCCL where they cannot be had fails at start
                    with exit 2 naming the key, nothing trained: no silent CPU or MPI run
 """
@@ -474,7 +478,7 @@ class Cases:
             print(f"  {r[1]:>12}: {r[5]} devices, measured {float(r[6]):9.0f} tok/s, predicted {float(r[9]):9.0f}, "
                   f"error {100 * float(r[10]):+.1f}%")
 
-    def sharded(self, students):
+    def sharded(self, students, mode="grad_op"):
         # Global batch 12 in micro-batches of 1: accum 6, 4, 3 on 2, 3, 4 students. Tiny buckets
         # (1 KiB = 256 floats), so the student's parameters spread over many buckets and most are
         # split between students. Clipping exercises the global norm. Sums over students in another order than the all-reduce: 1e-5, as the
@@ -486,10 +490,11 @@ class Cases:
         sets = ["parallel.global_batch=12", "parallel.micro_batch=1", f"parallel.students={students}",
                 f"curriculum.phase_policy={policy}", "optim.grad_clip=0.5", "parallel.bucket_cap_mb=0.0009765625"]
         ranks = 1 + students
-        replicated = os.path.join(self.work, f"replicated-s{students}")
-        sharded = os.path.join(self.work, f"sharded-s{students}")
+        replicated = os.path.join(self.work, f"replicated-s{students}-{mode}")
+        sharded = os.path.join(self.work, f"sharded-s{students}-{mode}")
         self.train(replicated, sets, ranks=ranks, base=base)
-        shard_sets = sets + ['parallel.sharding="grad_op"']
+        # "full" gathers each block for its forward and again for its recomputed backward.
+        shard_sets = sets + [f'parallel.sharding="{mode}"'] + (['student.recompute="layer"'] if mode == "full" else [])
         p = self.train(sharded, shard_sets, ranks=ranks, check=False, extra=["--stop-after", "5"], base=base)
         assert p.returncode == 3, f"stopped run should exit 3 (requeue), got {p.returncode}: {p.stderr[-2000:]}"
         step5 = os.path.join(sharded, "checkpoints", "step_00000004")
@@ -501,11 +506,11 @@ class Cases:
               sum([["--set", s] for s in shard_sets], [])
         run(cmd, env=MPI_ENV)
         self.compare(replicated, sharded, 1e-5,
-                     f"sharded (grad_op) S={students}, stopped after step 5 and resumed, vs replicated S={students}")
+                     f"sharded ({mode}) S={students}, stopped after step 5 and resumed, vs replicated S={students}")
         if students == 4:
             # The S = 4 checkpoint resumed on 2 students: each assembles the whole state from the 4
             # shards and takes its half.
-            moved = os.path.join(self.work, "sharded-s4-to-s2")
+            moved = os.path.join(self.work, f"sharded-s4-to-s2-{mode}")
             p = self.train(moved, shard_sets, ranks=ranks, check=False, extra=["--stop-after", "5"], base=base)
             assert p.returncode == 3, p.stderr[-2000:]
             two = [s.replace("parallel.students=4", "parallel.students=2") for s in shard_sets]
@@ -514,7 +519,7 @@ class Cases:
             run(cmd, env=MPI_ENV)
             with open(os.path.join(moved, "run.json")) as f:
                 assert json.load(f)["students"] == 2
-            self.compare(replicated, moved, 1e-5, "sharded S=4 stopped after step 5, resumed sharded on S=2")
+            self.compare(replicated, moved, 1e-5, f"sharded ({mode}) S=4 stopped after step 5, resumed sharded on S=2")
 
     def shard_write_fails(self):
         base = self.global_base()
@@ -548,11 +553,12 @@ class Cases:
         base = self.global_base()
         sets = ["parallel.global_batch=12", "parallel.micro_batch=1", "parallel.students=3",
                 "parallel.bucket_cap_mb=0.0009765625"]
-        for sharding in ("none", "grad_op"):
+        for sharding in ("none", "grad_op", "full"):
             runs = []
+            recompute = ['student.recompute="layer"'] if sharding == "full" else []
             for overlap in ("true", "false"):
                 out = os.path.join(self.work, f"overlap-{sharding}-{overlap}")
-                self.train(out, sets + [f'parallel.sharding="{sharding}"', f"parallel.overlap_grad_reduce={overlap}"],
+                self.train(out, sets + recompute + [f'parallel.sharding="{sharding}"', f"parallel.overlap_grad_reduce={overlap}"],
                            ranks=4, base=base)
                 runs.append(out)
             self.compare(runs[0], runs[1], 0.0, f"sharding {sharding}: gradient buckets launched during vs after the backward")
@@ -599,7 +605,8 @@ def main():
              "global-batch": c.global_batch, "resume-layout": c.resume_layout,
              "resume-rank-order": c.resume_rank_order, "sweep": c.sweep,
              "gpu-asked": c.gpu_asked, "sharded-2": lambda: c.sharded(2), "sharded-3": lambda: c.sharded(3),
-             "sharded-4": lambda: c.sharded(4), "overlap": c.overlap,
+             "sharded-4": lambda: c.sharded(4), "sharded-full-2": lambda: c.sharded(2, "full"),
+             "sharded-full-3": lambda: c.sharded(3, "full"), "sharded-full-4": lambda: c.sharded(4, "full"), "overlap": c.overlap,
              "shard-write-fails": c.shard_write_fails}
     cases[a.case]()
 

@@ -78,5 +78,31 @@ TEST(ShardLayout, ALargeParameterTravelsInABucketOfItsOwn) {
   EXPECT_THROW(l.owned(4), std::invalid_argument);
 }
 
+// Full sharding gathers a decoder block by its buckets: no bucket may hold two units' parameters,
+// while parameters of one unit still share buckets (the header's example).
+TEST(ShardLayout, ABucketNeverHoldsTwoUnits) {
+  const ShardLayout example = make_shard_layout({6, 4, 3}, 2, 16, {0, 0, 1});
+  ASSERT_EQ(example.buckets.size(), 2u);
+  EXPECT_EQ(example.buckets[0].size, 10);
+  EXPECT_EQ(example.buckets[1].size, 4);
+  EXPECT_EQ(make_shard_layout({6, 4, 3}, 2, 16).buckets.size(), 1u);
+
+  const std::vector<int64_t> numels = {5, 5, 5, 40, 1, 1, 7, 7, 2};
+  const std::vector<int64_t> units = {-1, 0, 0, 0, 1, 1, 1, 2, -1};
+  for (int64_t ranks : {1, 2, 3}) {
+    for (int64_t bucket : {1, 8, 12, 1000}) {
+      const ShardLayout l = make_shard_layout(numels, ranks, bucket, units);
+      EXPECT_EQ(l.units, units);
+      for (const auto& b : l.buckets)
+        for (int64_t p = b.first_param; p < b.end_param; ++p)
+          EXPECT_EQ(units[static_cast<size_t>(p)], units[static_cast<size_t>(b.first_param)])
+              << "ranks " << ranks << " bucket " << bucket;
+    }
+  }
+  // With a bucket larger than everything, one bucket per run of equal units.
+  EXPECT_EQ(make_shard_layout(numels, 2, 1000, units).buckets.size(), 5u);
+  EXPECT_THROW(make_shard_layout({1, 2}, 2, 8, {0}), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace deepen
