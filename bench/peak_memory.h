@@ -6,9 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -80,6 +82,33 @@ inline nlohmann::json run_variant(const std::vector<std::string>& args) {
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || at == std::string::npos)
     throw std::runtime_error("variant run failed (status " + std::to_string(status) + "; killed for memory?): " + text);
   return nlohmann::json::parse(text.substr(at + 7));
+}
+
+// Runs `mpirun -np <ranks> <self> <args>` and returns each rank's JSON after "RESULT " (one per
+// rank expected): a variant on real MPI ranks that start clean.
+inline std::vector<nlohmann::json> run_mpi_variant(const std::string& self, int ranks, const std::string& args) {
+  const std::string cmd = "mpirun --oversubscribe -np " + std::to_string(ranks) + " " + self + " " + args;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) throw std::runtime_error("cannot start: " + cmd);
+  std::vector<nlohmann::json> out;
+  char line[4096];
+  while (fgets(line, sizeof line, pipe)) {
+    const std::string s(line);
+    const auto at = s.find("RESULT ");
+    if (at != std::string::npos) out.push_back(nlohmann::json::parse(s.substr(at + 7)));
+  }
+  const int status = pclose(pipe);
+  if (status != 0 || static_cast<int>(out.size()) != ranks)
+    throw std::runtime_error(cmd + ": failed (status " + std::to_string(status) + ", " + std::to_string(out.size()) +
+                             " results)");
+  return out;
+}
+
+// The largest value of `key` over the ranks' results (the worst rank).
+inline double max_over_ranks(const std::vector<nlohmann::json>& results, const char* key) {
+  double m = -1e300;
+  for (const auto& j : results) m = std::max(m, j[key].get<double>());
+  return m;
 }
 
 }  // namespace deepen::bench

@@ -132,32 +132,6 @@ int worker(const deepen::MpiSession& mpi, const Shape& shape, const std::string&
   return 0;
 }
 
-std::vector<nlohmann::json> run_variant(const std::string& self, int students, const std::string& sharding,
-                                        const std::vector<std::string>& shape_args) {
-  std::string cmd = "mpirun --oversubscribe -np " + std::to_string(students) + " " + self + " --worker --sharding " + sharding;
-  for (const auto& a : shape_args) cmd += " " + a;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) throw std::runtime_error("cannot start: " + cmd);
-  std::vector<nlohmann::json> out;
-  char line[4096];
-  while (fgets(line, sizeof line, pipe)) {
-    const std::string s(line);
-    const auto at = s.find("RESULT ");
-    if (at != std::string::npos) out.push_back(nlohmann::json::parse(s.substr(at + 7)));
-  }
-  const int status = pclose(pipe);
-  if (status != 0 || static_cast<int>(out.size()) != students)
-    throw std::runtime_error(cmd + ": failed (status " + std::to_string(status) + ", " + std::to_string(out.size()) +
-                             " results)");
-  return out;
-}
-
-double max_of(const std::vector<nlohmann::json>& v, const char* key) {
-  double m = -1e300;
-  for (const auto& j : v) m = std::max(m, j[key].get<double>());
-  return m;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -185,8 +159,10 @@ int main(int argc, char** argv) {
       "--intermediate " + std::to_string(shape.intermediate), "--vocab " + std::to_string(shape.vocab),
       "--steps " + std::to_string(steps)};
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const auto rep = run_variant(self, students, "none", shape_args);
-  const auto sh = run_variant(self, students, "grad_op", shape_args);
+  std::string args;
+  for (const auto& a : shape_args) args += " " + a;
+  const auto rep = deepen::bench::run_mpi_variant(self, students, "--worker --sharding none" + args);
+  const auto sh = deepen::bench::run_mpi_variant(self, students, "--worker --sharding grad_op" + args);
   const double mib = 1 << 20;
   const double params = rep[0]["params"].get<double>();
   std::printf("%d student ranks (MPI, CPU), %.1f M fp32 parameters (hidden %lld, %lld layers, intermediate %lld, "
@@ -195,7 +171,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(shape.vocab), steps);
   std::printf("%-34s %12s %12s %9s\n", "per rank (worst rank)", "replicated", "sharded", "ratio");
   auto row = [&](const char* what, const char* key, double scale, const char* unit) {
-    const double a = max_of(rep, key) / scale, b = max_of(sh, key) / scale;
+    const double a = deepen::bench::max_over_ranks(rep, key) / scale, b = deepen::bench::max_over_ranks(sh, key) / scale;
     std::printf("%-34s %9.1f %s %9.1f %s %8.3f\n", what, a, unit, b, unit, b / a);
   };
   row("moments held (optimizer's count)", "state_bytes", mib, "MiB");

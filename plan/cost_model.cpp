@@ -99,43 +99,60 @@ PlanInput with_students(const PlanInput& in, int64_t S) {
 
 // "parallel.sharding = \"grad_op\" over S=8" / "parallel.sharding = \"none\"", as the memory section names it.
 std::string sharding_text(const std::string& sharding, int64_t S) {
-  return "parallel.sharding = \"" + sharding + "\"" + (sharding == "grad_op" ? " over S=" + std::to_string(S) : "");
+  return "parallel.sharding = \"" + sharding + "\"" + (sharding != "none" ? " over S=" + std::to_string(S) : "");
+}
+
+const char* sharding_summary(const std::string& sharding) {
+  if (sharding == "grad_op") return " (AdamW moments sharded, weights and gradients whole)";
+  if (sharding == "full") return " (AdamW moments and the blocks' weights sharded, one block gathered at a time)";
+  return " (AdamW state whole on every student)";
 }
 
 // Per rank role: what a student and a teacher stage hold, whether each fits, and what would fit.
 // The student follows the config's parallel.sharding at the layout's S, and names the other
-// sharding's figure (when S > 1) so a replicated plan that does not fit shows what grad_op would give.
+// shardings' figures (when S > 1) so a plan that does not fit shows what another would give.
 void describe_memory(std::ostringstream& o, const PlanInput& plan, const ClusterSpec& c, int64_t S, int64_t P) {
   const PlanInput in = with_students(plan, S);
   const double budget = 0.9 * c.memory;
   auto verdict = [&](double bytes) { return bytes <= budget ? "fits" : "does NOT fit"; };
   const StudentMemory sm = student_memory(student_memory_input(in));
-  const bool sharded = in.sharding == "grad_op";
+  const bool sharded = in.sharding != "none";
   o << "Memory per rank (plan/memory_model.h; GiB; a rank fits within 90% of the device's " << gib(c.memory)
     << " GiB)\n"
     << "  student at full depth " << in.student.layers << ", " << in.precision << ", recompute " << in.recompute << ", "
     << micro_batch_tokens(in) << " tokens per micro-batch, " << sharding_text(in.sharding, S)
-    << (sharded ? " (AdamW moments sharded, weights and gradients whole)" : " (AdamW state whole on every student)")
-    << ":\n"
+    << sharding_summary(in.sharding) << ":\n"
     << "    weights " << gib(sm.weights) << (in.precision == "bf16-pure" ? " (bf16)" : " (fp32 masters)");
+  if (in.sharding == "full") o << " [ends whole + blocks 1/" << S << " + one block]";
   if (sm.compute_copy > 0) o << " + bf16 copy " << gib(sm.compute_copy);
-  o << " + gradients " << gib(sm.gradients) << " + AdamW " << gib(sm.optimizer) << (sharded ? " (1/" + std::to_string(S) + ")" : "")
-    << " + activations " << gib(sm.activations) << " + loss " << gib(sm.loss) << " + teacher targets " << gib(sm.targets)
-    << " = " << gib(sm.forward());
-  if (sharded) {
+  o << " + gradients " << gib(sm.gradients) << (in.sharding == "full" ? " [ends + one block]" : "") << " + AdamW "
+    << gib(sm.optimizer) << (sharded ? " (1/" + std::to_string(S) + ")" : "") << " + activations " << gib(sm.activations)
+    << " + loss " << gib(sm.loss) << " + teacher targets " << gib(sm.targets);
+  if (sm.held_shards > 0) o << " + gradient shards " << gib(sm.held_shards);
+  o << " = " << gib(sm.forward());
+  if (sharded || sm.flat_copies > 0) {
     o << " at the end of a forward\n"
       << "    optimizer step: weights " << gib(sm.weights) << " + AdamW " << gib(sm.optimizer) << " + gradients "
-      << gib(sm.gradients) << " + gradient shard " << gib(sm.grad_shard) << " + bucket " << gib(sm.bucket)
-      << " (then the parameter shard " << gib(sm.param_shard) << " once the gradients are sent) = " << gib(sm.step())
-      << "\n    peak " << gib(sm.total());
+      << gib(sm.gradients);
+    if (sm.flat_copies > 0) o << " + all-reduce flat copies " << gib(sm.flat_copies);
+    if (sharded) o << " + gradient shard " << gib(sm.grad_shard) << " + bucket " << gib(sm.bucket);
+    if (sm.param_shard > 0) o << " (then the parameter shard " << gib(sm.param_shard) << " once the gradients are sent)";
+    o << " = " << gib(sm.step()) << "\n    peak " << gib(sm.total());
   }
   o << " -> " << verdict(sm.total()) << "\n";
   if (S > 1) {
-    PlanInput other = in;
-    other.sharding = sharded ? "none" : "grad_op";
-    const double alt = student_memory(student_memory_input(other)).total();
-    o << "    with " << sharding_text(other.sharding, S) << ": " << gib(alt) << " -> would "
-      << (alt <= budget ? "fit" : "not fit") << "\n";
+    for (const char* mode : {"none", "grad_op", "full"}) {
+      if (in.sharding == mode) continue;
+      PlanInput other = in;
+      other.sharding = mode;
+      o << "    with " << sharding_text(other.sharding, S) << ": ";
+      if (other.sharding == "full" && in.recompute != "layer") {
+        o << "needs student.recompute = \"layer\"\n";
+        continue;
+      }
+      const double alt = student_memory(student_memory_input(other)).total();
+      o << gib(alt) << " -> would " << (alt <= budget ? "fit" : "not fit") << "\n";
+    }
   }
   int64_t layers = 0;
   const TeacherStageMemory t = largest_teacher_stage(in, P, &layers);
@@ -345,7 +362,8 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
                                     static_cast<double>(S) * receive_bw / e.channel_bytes_per_token);
 
   // Students per curriculum stage: compute per token, plus the gradient all-reduce once per step
-  // (ring: 2·(S−1)/S of the fp32 gradients over the slowest student link), not overlapped.
+  // (ring: 2·(S−1)/S of the fp32 gradients over the slowest student link; under full sharding the
+  // per-micro-batch reduce-scatters and block gathers instead), not overlapped.
   std::vector<int64_t> depths = in.stage_depths;
   std::vector<double> weights = in.stage_tokens;
   if (depths.empty()) {
@@ -368,10 +386,18 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
     ModelShape st = in.student;
     st.layers = depths[k];
     const double grads = 4.0 * static_cast<double>(total_params(st));
-    const double allreduce = S > 1 ? 2.0 * static_cast<double>(S - 1) / static_cast<double>(S) * grads / student_bw : 0;
+    const double ring = static_cast<double>(S - 1) / static_cast<double>(S) / student_bw;
+    double sync = S > 1 ? 2.0 * ring * grads : 0;  // none / grad_op: all-reduce = reduce-scatter + all-gather
+    if (S > 1 && in.sharding == "full") {
+      // Every micro-batch: its gradients reduce-scattered, and each block gathered for the forward
+      // and again for the recomputed backward; after the update only the ends are gathered.
+      const double blocks = 4.0 * static_cast<double>(depths[k] * block_params(st));
+      const double micro = tokens_per_student_step / static_cast<double>(in.micro_batch * in.seq_len);
+      sync = ring * (micro * grads + 2.0 * micro * blocks + (grads - blocks));
+    }
     const double step =
         tokens_per_student_step * (train_flops_per_token(in.student, depths[k], in.seq_len) + head_on_students) / student_rate +
-        allreduce;
+        sync;
     const double students = static_cast<double>(S) * tokens_per_student_step / step;
     double pool = INFINITY;
     if (c.shared_cores > 0) {
@@ -495,7 +521,10 @@ std::string describe_plan(const PlanInput& in, const ClusterSpec& c, const std::
     << "order = parallel.rank_order: roles = teachers and students on separate nodes, pipelines = each\n"
     << "pipeline on the node of its students, the logits inside the node, the gradient all-reduce across)\n"
     << "student GiB = a student rank's peak under parallel.sharding = \"" << in.sharding << "\""
-    << (in.sharding == "grad_op" ? " (AdamW moments split over the layout's S)" : "") << "\n"
+    << (in.sharding == "grad_op"  ? " (AdamW moments split over the layout's S)"
+        : in.sharding == "full" ? " (AdamW moments and the blocks' weights split over the layout's S)"
+                                : "")
+    << "\n"
     << "   T   P    S  dev  order     | teacher  channel | students (first..last stage) | job mean | supply/demand | student GiB | bound\n";
   for (size_t i = 0; i < std::min(show, ranked.size()); ++i) {
     const auto& e = ranked[i];

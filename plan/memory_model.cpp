@@ -65,6 +65,12 @@ StudentMemory student_memory(const StudentMemoryInput& in) {
   const double chunk = static_cast<double>(std::min(in.vocab_chunk, m.vocab));
   out.loss = (2.0 * static_cast<double>(m.hidden) + 10.0 * chunk) * 4.0 * n;
   out.targets = in.target_bytes_per_token * n + in.teacher_head_bytes;
+  if (in.sharding == "none" && in.students > 1) {
+    // The replicated all-reduce copies each bucket's gradients into a flat buffer it reduces in and
+    // copies back after the backward (train/gradient_buckets.h): at the end of the backward every
+    // bucket's copy exists beside the gradients.
+    out.flat_copies = out.gradients;
+  }
   if (in.sharding == "grad_op") {
     if (in.students < 1) throw InputError("parallel.students: must be >= 1 to shard over, got " + std::to_string(in.students));
     const double S = static_cast<double>(in.students);
@@ -74,8 +80,28 @@ StudentMemory student_memory(const StudentMemoryInput& in) {
     out.param_shard = out.grad_shard;
     out.bucket = std::max(in.bucket_bytes,
                           pb.master * static_cast<double>(largest_trainable_params(m, in.frozen_embedding)));
+  } else if (in.sharding == "full") {
+    if (in.students < 1) throw InputError("parallel.students: must be >= 1 to shard over, got " + std::to_string(in.students));
+    if (in.recompute != "layer")
+      throw InputError("parallel.sharding: \"full\" needs student.recompute = \"layer\", got \"" + in.recompute + "\"");
+    const double S = static_cast<double>(in.students);
+    const double block = static_cast<double>(block_params(m));
+    const double blocks = static_cast<double>(m.layers) * block;
+    const double ends = params - blocks, trainable_ends = ends - frozen;
+    // Whole: the ends and the one block being computed; the blocks otherwise as 1/S master slices.
+    out.weights = pb.master * (ends + blocks / S + block);
+    out.compute_copy = pb.compute_copy * (ends + block);
+    // Whole gradients live only until their bucket is sent: the ends' and one block's.
+    out.gradients = pb.gradient * (trainable_ends + block);
+    out.optimizer /= S;
+    // The step's gradient shard, plus the micro-batch's in flight beside it (accumulate_reduction).
+    out.grad_shard = pb.master * trainable / S;
+    out.held_shards = 2 * out.grad_shard;
+    out.param_shard = 0;  // the update writes the master slices in place
+    out.bucket = std::max(in.bucket_bytes,
+                          pb.master * static_cast<double>(largest_trainable_params(m, in.frozen_embedding)));
   } else if (in.sharding != "none") {
-    throw InputError("parallel.sharding: must be \"none\" or \"grad_op\", got \"" + in.sharding + "\"");
+    throw InputError("parallel.sharding: must be \"none\", \"grad_op\" or \"full\", got \"" + in.sharding + "\"");
   }
   return out;
 }

@@ -55,7 +55,8 @@ struct StudentMemoryInput {
   double target_bytes_per_token = 0;  // the teacher's logits (or hidden states) as received (0: pretraining)
   double teacher_head_bytes = 0;      // distill.logits = "hidden": the student's copy of the teacher's head
   // parallel.sharding: "none" (every student holds the whole AdamW state) | "grad_op" (the moments
-  // split over the `students` ranks, train/sharded_adamw.h), and parallel.bucket_cap_mb in bytes.
+  // split over the `students` ranks, train/sharded_adamw.h) | "full" (the blocks' parameters and
+  // every micro-batch's gradients too), and parallel.bucket_cap_mb in bytes.
   std::string sharding = "none";
   int64_t students = 1;
   double bucket_bytes = 32.0 * (1 << 20);
@@ -78,9 +79,18 @@ int64_t largest_trainable_params(const ModelShape& m, bool frozen_embedding);
 //     shard never meets them:
 //       step = weights + AdamW/S + max(gradients + grad shard + bucket, grad shard + param shard,
 //                                      param shard + bucket).
-//     sharding = "none": weights + gradients + AdamW (no step temporaries counted), never above forward.
+//     sharding = "none": weights + gradients + AdamW, and with more than one student the
+//     all-reduce's flat copy of every bucket (as large as the gradients) at the end of the backward.
 // Under "grad_op" the AdamW moments are 1/S of the replicated ones (+ at most one padding element
 // per bucket: a few hundred bytes, left out); weights, the bf16 copy and the gradients stay whole.
+// Under "full" (recompute = "layer" only; train/sharded_adamw.h), with B the parameters of one
+// block, L blocks and E the rest (embedding, norms, head):
+//   weights = master·(E + L·B/S + B)      the ends whole, the blocks as 1/S master slices, one
+//                                          block gathered while it computes
+//   compute copy = copy·(E + B), gradients = grad·(trainable E + B) (a block's whole gradients
+//   live until its buckets are sent), AdamW/S, and held through the forward the step's gradient
+//   shard and the micro-batch's beside it (2·master·trainable/S); the update writes the master
+//   slices in place (no parameter shard).
 struct StudentMemory {
   double weights = 0;       // masters (fp32 / bf16-pure: the parameters)
   double compute_copy = 0;  // bf16-mixed: the bf16 weight copies alive over forward + backward
@@ -95,10 +105,18 @@ struct StudentMemory {
   // parameters' dtype, and the largest flat bucket (bucket_cap_mb, or the largest trainable
   // parameter when that is larger: a parameter never spans buckets).
   double grad_shard = 0, param_shard = 0, bucket = 0;
-  double forward() const { return weights + compute_copy + gradients + optimizer + activations + loss + targets; }
+  // full only: the gradient shards held through the forward (the step's, and the micro-batch's
+  // reduce-scatter output beside it).
+  double held_shards = 0;
+  // none over more than one student: the all-reduce's flat copies of the gradients, all alive at
+  // the end of the backward until the reductions finish.
+  double flat_copies = 0;
+  double forward() const {
+    return weights + compute_copy + gradients + optimizer + activations + loss + targets + held_shards;
+  }
   double step() const {
     return weights + optimizer +
-           std::max({gradients + grad_shard + bucket, grad_shard + param_shard, param_shard + bucket});
+           std::max({gradients + flat_copies + grad_shard + bucket, grad_shard + param_shard, param_shard + bucket});
   }
   double total() const { return std::max(forward(), step()); }
 };

@@ -141,6 +141,25 @@ TEST(CostModel, FixedGlobalBatchSplitsTheStepAmongStudents) {
   EXPECT_NEAR(estimate_layout(in, tiny_cluster(), 1, 2, 1).student_tokens_per_s[0], 16 / 0.148992, 1e-6);
 }
 
+// Full sharding's students talk every micro-batch: with the global batch of 48 on three students
+// (8 micro-batches of 2 x 8 tokens each), each micro-batch reduce-scatters the 5,856 B of
+// gradients and gathers the two blocks (4,800 B) twice, and after the update the ends (1,056 B)
+// are gathered: 2/3 x (8·5,856 + 16·4,800 + 1,056) B at 1 GB/s = 83.136 µs per step, against
+// 7.808 µs for grad_op's (and the replicated) reduce-scatter + all-gather once per step.
+TEST(CostModel, FullShardingPaysTheBlockGathersOfEveryMicroBatch) {
+  PlanInput in = tiny_input();
+  in.global_batch = 48;
+  in.recompute = "layer";
+  in.sharding = "grad_op";
+  const double compute = 128 * 9312 / 1e6;
+  EXPECT_NEAR(estimate_layout(in, tiny_cluster(), 1, 2, 3).student_tokens_per_s[0], 3 * 128 / (compute + 7.808e-6), 1e-6);
+  in.sharding = "full";
+  EXPECT_NEAR(estimate_layout(in, tiny_cluster(), 1, 2, 3).student_tokens_per_s[0], 3 * 128 / (compute + 83.136e-6), 1e-6);
+  // One student: nothing to send.
+  in.global_batch = 2;
+  EXPECT_NEAR(estimate_layout(in, tiny_cluster(), 1, 2, 1).student_tokens_per_s[0], 16 / 0.148992, 1e-6);
+}
+
 // The stage's in-flight buffers hold what it sends: with the hidden channel, 8 fp32 hidden values
 // + the header share per token (8·4 + 64/16 = 36 B), and the last stage keeps no head.
 TEST(CostModel, HiddenChannelTeacherMemoryHoldsHiddenStatesInFlight) {

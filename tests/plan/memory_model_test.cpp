@@ -86,20 +86,54 @@ TEST(MemoryModel, GradOpShardsTheMomentsAndCountsTheStepsShardsWorkedByHand) {
   // A bucket cap above every parameter: the bucket is the cap.
   in.bucket_bytes = 4096;
   EXPECT_EQ(student_memory(in).bucket, 4096.0);
-  in.sharding = "full";
+  in.sharding = "full";  // needs layer recomputation
   EXPECT_THROW(student_memory(in), InputError);
 }
 
-// "none" counts no step temporaries and its peak is the forward, as before sharding existed: the
-// tiny student's total is TinyFp32StudentWorkedByHand's sum whatever S is.
-TEST(MemoryModel, ReplicatedPeakIsTheForwardWhateverTheStudents) {
+// memory_model.h's "full" terms on the tiny student (2 blocks of 600 parameters, ends 264: the tied
+// embedding 256 and the final norm 8), fp32, recompute = "layer", 16 tokens, S = 4, 64-byte buckets:
+//   weights 4·(264 + 1200/4 + 600) = 4,656; gradients 4·(264 + 600) = 3,456; AdamW 11,712/4 = 2,928;
+//   gradient shard 4·1,464/4 = 1,464, held through the forward twice: 2,928; activations
+//   (2·8·4 + 680)·16 = 11,904; loss 21,504; forward = 47,376; step = 4,656 + 2,928 +
+//   max(3,456 + 1,464 + 1,024, 1,464 + 0, 0 + 1,024) = 13,528.
+TEST(MemoryModel, FullShardingHoldsTheEndsOneBlockAndSlicesWorkedByHand) {
+  StudentMemoryInput in = tiny_student("fp32", "layer");
+  in.sharding = "full";
+  in.students = 4;
+  in.bucket_bytes = 64;
+  const StudentMemory m = student_memory(in);
+  EXPECT_EQ(m.weights, 4656.0);
+  EXPECT_EQ(m.gradients, 3456.0);
+  EXPECT_EQ(m.optimizer, 2928.0);
+  EXPECT_EQ(m.grad_shard, 1464.0);
+  EXPECT_EQ(m.held_shards, 2928.0);
+  EXPECT_EQ(m.param_shard, 0.0);
+  EXPECT_EQ(m.activations, 11904.0);
+  EXPECT_EQ(m.forward(), 47376.0);
+  EXPECT_EQ(m.step(), 13528.0);
+  // Against grad_op on the same S: the blocks' weights and gradients shrink, the held shards grow.
+  in.sharding = "grad_op";
+  const StudentMemory g = student_memory(in);
+  EXPECT_EQ(g.forward() - m.forward(), (5856 - 4656) + (5856 - 3456) - 2928.0);
+  in.sharding = "full";
+  in.recompute = "none";
+  EXPECT_THROW(student_memory(in), InputError);
+}
+
+// "none" over S > 1 adds, at the end of the backward, the flat copy of every bucket the all-reduce
+// reduces in (the gradients once more); one student has none.
+TEST(MemoryModel, ReplicatedOverStudentsCountsTheAllReducesFlatCopies) {
   StudentMemoryInput in = tiny_student("bf16-mixed", "layer");
-  const double one = student_memory(in).total();
+  const StudentMemory one = student_memory(in);
+  EXPECT_EQ(one.flat_copies, 0.0);  // one student: nothing to all-reduce
+  EXPECT_EQ(one.step(), one.weights + one.gradients + one.optimizer);
   in.students = 8;
   const StudentMemory m = student_memory(in);
-  EXPECT_EQ(m.total(), one);
-  EXPECT_EQ(m.total(), m.forward());
-  EXPECT_EQ(m.grad_shard + m.param_shard + m.bucket, 0.0);
+  EXPECT_EQ(m.flat_copies, m.gradients);
+  EXPECT_EQ(m.step() - one.step(), m.gradients);
+  EXPECT_EQ(m.forward(), one.forward());
+  EXPECT_EQ(m.total(), std::max(m.forward(), m.step()));
+  EXPECT_EQ(m.grad_shard + m.param_shard + m.bucket + m.held_shards, 0.0);
 }
 
 // The paper's layer (memory_model.h's example) and its student's frozen embedding.
