@@ -412,15 +412,15 @@ Rotary make_rotary(int64_t seq_len, int64_t head_dim, double theta, at::ScalarTy
   const at::Tensor pos = at::arange(seq_len, at::TensorOptions().dtype(at::kLong)).to(at::kFloat);
   const at::Tensor freqs = pos.unsqueeze(-1) * inv_freq;
   const at::Tensor emb = at::cat({freqs, freqs}, -1);
-  return Rotary{emb.cos().to(device, dtype), emb.sin().to(device, dtype)};
+  const at::Tensor sin = emb.sin().to(device, dtype);
+  const int64_t half = head_dim / 2;
+  return Rotary{emb.cos().to(device, dtype), sin, at::cat({-sin.narrow(-1, 0, half), sin.narrow(-1, half, half)}, -1)};
 }
 
 at::Tensor apply_rotary(const at::Tensor& x, const Rotary& rope) {
-  const int64_t half = x.size(-1) / 2;
-  const at::Tensor x1 = x.narrow(-1, 0, half);
-  const at::Tensor x2 = x.narrow(-1, half, half);
-  const at::Tensor rotated = at::cat({-x2, x1}, -1);
-  return x * rope.cos + rotated * rope.sin;
+  // cat(-x2, x1) * sin written as cat(x2, x1) * cat(-sin1, sin2): roll's backward is one roll,
+  // where cat(-x2, x1)'s is a neg and two zero-filled slice gradients added into x's.
+  return x * rope.cos + at::roll(x, x.size(-1) / 2, -1) * rope.sin_signed;
 }
 
 ProjectionImpl::ProjectionImpl(int64_t in, int64_t out, bool with_bias,

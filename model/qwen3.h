@@ -68,12 +68,16 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
 struct Rotary {
   at::Tensor cos;
   at::Tensor sin;
+  // sin with its first half negated: rotate_half(x) * sin == roll(x, d/2) * sin_signed exactly (a
+  // sign moves from x to the table), so apply_rotary needs no neg and no slices of x.
+  at::Tensor sin_signed;
 };
 Rotary make_rotary(int64_t seq_len, int64_t head_dim, double theta, at::ScalarType dtype,
                    at::Device device);
 
 // x [B, heads, T, head_dim] -> x * cos + rotate_half(x) * sin, rotate_half being the half-split
-// convention cat(-x2, x1) (not the interleaved-pairs one).
+// convention cat(-x2, x1) (not the interleaved-pairs one). Computed as x * cos + roll(x, d/2) *
+// sin_signed: the same values bit for bit, forward and backward, in two fewer ops each way.
 at::Tensor apply_rotary(const at::Tensor& x, const Rotary& rope);
 
 // Modules below allocate their weights with at::empty (uninitialized, nothing touched) in the
