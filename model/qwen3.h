@@ -25,9 +25,10 @@ struct DecoderSpec {
   double rms_eps = 1e-6;
   bool attention_bias = false;  // q/k/v/o biases (Qwen3 checkpoints: false)
   // fp32 on CPU, per step (cpu_kernel_choice.h): fused projections (q|k|v and gate|up as one
-  // matmul each) and the hand-fused kernels of fused_kernels.h, or the HF op sequence; auto takes
-  // whichever this machine runs faster. Same math either way (tests compare both, values and
-  // gradients). bf16 and CUDA always run the op sequence.
+  // matmul each) and the hand-fused kernels of fused_kernels.h, or LibTorch's ops in the HF
+  // forward sequence (RMSNorm with a closed-form backward); auto takes whichever this machine runs
+  // faster. Same math either way (tests compare both, values and gradients). bf16 and CUDA always
+  // run the HF op sequence (RoPE as a roll everywhere: bit for bit the same).
   CpuKernels cpu_kernels = CpuKernels::kAuto;
   // Activation recomputation under training (recompute.h): kMlp is applied inside each block,
   // kLayer around whole blocks by their owner (the student).
