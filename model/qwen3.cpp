@@ -259,15 +259,30 @@ std::vector<at::Tensor> qkv_rope_fused(const at::Tensor& x, const QkvWeights& w,
                           spec.kv_heads, spec.head_dim, spec.rms_eps);
 }
 
+// x * cos + rotate_half(x) * sin as x * cos + roll(x, d/2) * sin_signed (see apply_rotary), the
+// tables broadcasting over x's leading dims.
+at::Tensor rotary_ops(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin_signed) {
+  // cat(-x2, x1) * sin written as cat(x2, x1) * cat(-sin1, sin2): roll's backward is one roll,
+  // where cat(-x2, x1)'s is a neg and two zero-filled slice gradients added into x's.
+  return x * cos + at::roll(x, x.size(-1) / 2, -1) * sin_signed;
+}
+
 std::vector<at::Tensor> qkv_rope_ops(const at::Tensor& x, const QkvWeights& w, const Rotary& rope,
                                      const DecoderSpec& spec) {
-  // [B, T, heads, d] -> per-head RMSNorm over d -> [B, heads, T, d] -> RoPE.
+  // [B, T, heads, d] -> per-head RMSNorm over d -> RoPE -> [B, heads, T, d]. RoPE runs before the
+  // transpose, on the norm's dense output with [T, 1, d] tables (transformers rotates after it,
+  // the same products): roll copies into a dense tensor, and adding it to x * cos in x's
+  // transposed layout made every RoPE op and its gradients mix layouts (q: 3.3 -> 2.8 ms forward
+  // + backward, 1 thread).
   const int64_t b = x.size(0), t = x.size(1), d = spec.head_dim;
   auto heads_of = [&](const at::Tensor& weight, const at::Tensor& bias, int64_t n) {
     return at::linear(x, weight, bias).view({b, t, n, d});
   };
-  return {apply_rotary(rms_norm_ops(heads_of(w.q, w.q_bias, spec.heads), w.q_norm, spec.rms_eps).transpose(1, 2), rope),
-          apply_rotary(rms_norm_ops(heads_of(w.k, w.k_bias, spec.kv_heads), w.k_norm, spec.rms_eps).transpose(1, 2), rope),
+  const at::Tensor cos = rope.cos.unsqueeze(-2), sin_signed = rope.sin_signed.unsqueeze(-2);
+  auto normed_rotated = [&](const at::Tensor& weight, const at::Tensor& bias, int64_t n, const at::Tensor& gain) {
+    return rotary_ops(rms_norm_ops(heads_of(weight, bias, n), gain, spec.rms_eps), cos, sin_signed).transpose(1, 2);
+  };
+  return {normed_rotated(w.q, w.q_bias, spec.heads, w.q_norm), normed_rotated(w.k, w.k_bias, spec.kv_heads, w.k_norm),
           heads_of(w.v, w.v_bias, spec.kv_heads).transpose(1, 2)};
 }
 
@@ -417,11 +432,7 @@ Rotary make_rotary(int64_t seq_len, int64_t head_dim, double theta, at::ScalarTy
   return Rotary{emb.cos().to(device, dtype), sin, at::cat({-sin.narrow(-1, 0, half), sin.narrow(-1, half, half)}, -1)};
 }
 
-at::Tensor apply_rotary(const at::Tensor& x, const Rotary& rope) {
-  // cat(-x2, x1) * sin written as cat(x2, x1) * cat(-sin1, sin2): roll's backward is one roll,
-  // where cat(-x2, x1)'s is a neg and two zero-filled slice gradients added into x's.
-  return x * rope.cos + at::roll(x, x.size(-1) / 2, -1) * rope.sin_signed;
-}
+at::Tensor apply_rotary(const at::Tensor& x, const Rotary& rope) { return rotary_ops(x, rope.cos, rope.sin_signed); }
 
 ProjectionImpl::ProjectionImpl(int64_t in, int64_t out, bool with_bias,
                                const at::TensorOptions& options) {
