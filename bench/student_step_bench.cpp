@@ -13,7 +13,8 @@
 // LibTorch's op sequence, whichever measured faster here; the choices and timings are printed).
 // Method: after warm-up, deepen and Python steps alternate one by one (Python is a child process
 // answering "step" requests), so both see the same load on a shared machine; each side reports its
-// median step; the ratio is of the medians. Python runs with the environment this process has,
+// median step; the ratio is of the medians (wall time; the CPU time each side spent per step is
+// printed beside it, which a loaded machine distorts less). Python runs with the environment this process has,
 // plus --python-env. Each side's step times are printed in order, so the spread shows.
 // --profile PATH: one step of each side profiled instead (deepen's trace at PATH, transformers'
 // torch.profiler trace at PATH.transformers.json), for an op-by-op comparison.
@@ -25,6 +26,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -164,10 +166,18 @@ int main(int argc, char** argv) {
     for (auto& p : student.parameters()) p.mutable_grad() = at::Tensor();
     return loss.item<double>();
   };
+  // Wall and CPU time (all of this process's threads) of one step.
+  auto cpu_ms = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+  };
   auto timed_step = [&] {
     const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = cpu_ms();
     step();
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return std::pair{std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+                     cpu_ms() - c0};
   };
 
   std::printf("student: 9 layers, hidden 256, heads 4/2 kv, head_dim 64, intermediate 768, vocab %ld, "
@@ -211,10 +221,16 @@ int main(int argc, char** argv) {
                 baseline ? (", " + o.profile + ".transformers.json (transformers)").c_str() : "");
     return 0;
   }
-  std::vector<double> deepen_ms, py_ms;
+  std::vector<double> deepen_ms, py_ms, deepen_cpu_ms, py_cpu_ms;
   for (int64_t i = 0; i < o.steps; ++i) {
-    deepen_ms.push_back(timed_step());
-    if (python) py_ms.push_back(python->request("step").at("ms").get<double>());
+    const auto [wall, cpu] = timed_step();
+    deepen_ms.push_back(wall);
+    deepen_cpu_ms.push_back(cpu);
+    if (python) {
+      const nlohmann::json answer = python->request("step");
+      py_ms.push_back(answer.at("ms").get<double>());
+      py_cpu_ms.push_back(answer.at("cpu_ms").get<double>());
+    }
   }
   python.reset();
   std::filesystem::remove_all(dir);
@@ -228,14 +244,19 @@ int main(int argc, char** argv) {
   };
   print_steps("deepen      ", deepen_ms);
   if (!py_ms.empty()) print_steps("transformers", py_ms);
+  print_steps("deepen       cpu", deepen_cpu_ms);
+  if (!py_cpu_ms.empty()) print_steps("transformers cpu", py_cpu_ms);
   const double tokens = static_cast<double>(o.batch * o.seq);
   const double deepen_tps = tokens / (median(deepen_ms) / 1e3);
-  std::printf("deepen (C++ LibTorch):       %8.0f tokens/s  (median step %7.1f ms, first loss %.6f)\n",
-              deepen_tps, median(deepen_ms), first_loss);
+  std::printf("deepen (C++ LibTorch):       %8.0f tokens/s  (median step %7.1f ms, CPU %7.1f ms, first loss %.6f)\n",
+              deepen_tps, median(deepen_ms), median(deepen_cpu_ms), first_loss);
   if (!baseline) return 0;
   const double py_tps = tokens / (median(py_ms) / 1e3);
-  std::printf("transformers (Python eager): %8.0f tokens/s  (median step %7.1f ms, first loss %.6f)\n",
-              py_tps, median(py_ms), py_first_loss);
+  std::printf("transformers (Python eager): %8.0f tokens/s  (median step %7.1f ms, CPU %7.1f ms, first loss %.6f)\n",
+              py_tps, median(py_ms), median(py_cpu_ms), py_first_loss);
   std::printf("ratio deepen / transformers: %.2fx\n", deepen_tps / py_tps);
+  // CPU time is what each side computed, less what it waited for a core: on a loaded machine it
+  // moves far less than wall time (with 1 thread; more threads add OpenMP's spin-waits to it).
+  std::printf("ratio of CPU time per step, transformers / deepen: %.2fx\n", median(py_cpu_ms) / median(deepen_cpu_ms));
   return 0;
 }

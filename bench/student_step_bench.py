@@ -9,8 +9,9 @@ both sides run the very same weights on the very same token ids.
 With --profile PATH it writes a chrome trace of one step after the warm-up and stops.
 Prints one JSON line: {"tokens_per_s": ..., "step_ms": [...], "first_loss": ...}.
 With --serve it instead prints {"ready": true, "first_loss": ...} after the warm-up, then runs one
-step per "step" line read from stdin and answers each with {"ms": ...}, until "quit": the C++ bench
-alternates its own steps with these, so both sides see the same machine load.
+step per "step" line read from stdin and answers each with {"ms": ..., "cpu_ms": ...} (wall and
+process CPU time), until "quit": the C++ bench alternates its own steps with these, so both sides
+see the same machine load.
 """
 import sys
 import argparse
@@ -70,9 +71,10 @@ def main():
         for line in sys.stdin:
             if line.strip() != "step":
                 break
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             step()
-            print(json.dumps({"ms": (time.perf_counter() - t0) * 1e3}), flush=True)
+            print(json.dumps({"ms": (time.perf_counter() - t0) * 1e3, "cpu_ms": (time.process_time() - c0) * 1e3}),
+                  flush=True)
         return
     times = []
     for _ in range(a.steps):

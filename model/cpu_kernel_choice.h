@@ -15,9 +15,13 @@ namespace deepen {
 
 // student.cpu_kernels:
 //   fused: always the fused kernels.
-//   aten:  always the op sequence (exactly transformers' arithmetic, op by op).
+//   aten:  always LibTorch's own ops, no hand-written kernel: transformers' forward op sequence
+//          (the same values, op for op), with two fp32 CPU shortcuts in the backward: RMSNorm's
+//          gradient in closed form (6 passes where autograd's derivation of the forward takes ~14)
+//          and RoPE's rotate_half as a roll (bit for bit transformers' values and gradients).
 //   auto:  per step and shape class, whichever measured faster (once per process, see below).
-// Both produce the same values up to fp32 summation order (tests/model/student_test.cpp).
+// All three produce the same values up to fp32 summation order (tests/model/student_test.cpp,
+// tests/model/qwen3_hf_test.cpp).
 enum class CpuKernels { kAuto, kFused, kAten };
 CpuKernels parse_cpu_kernels(const std::string& text, const std::string& where);  // throws InputError
 const char* cpu_kernels_name(CpuKernels mode);

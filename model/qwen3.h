@@ -25,9 +25,10 @@ struct DecoderSpec {
   double rms_eps = 1e-6;
   bool attention_bias = false;  // q/k/v/o biases (Qwen3 checkpoints: false)
   // fp32 on CPU, per step (cpu_kernel_choice.h): fused projections (q|k|v and gate|up as one
-  // matmul each) and the hand-fused kernels of fused_kernels.h, or the HF op sequence; auto takes
-  // whichever this machine runs faster. Same math either way (tests compare both, values and
-  // gradients). bf16 and CUDA always run the op sequence.
+  // matmul each) and the hand-fused kernels of fused_kernels.h, or LibTorch's ops in the HF
+  // forward sequence (RMSNorm with a closed-form backward); auto takes whichever this machine runs
+  // faster. Same math either way (tests compare both, values and gradients). bf16 and CUDA always
+  // run the HF op sequence (RoPE as a roll everywhere: bit for bit the same).
   CpuKernels cpu_kernels = CpuKernels::kAuto;
   // Activation recomputation under training (recompute.h): kMlp is applied inside each block,
   // kLayer around whole blocks by their owner (the student).
@@ -68,12 +69,16 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
 struct Rotary {
   at::Tensor cos;
   at::Tensor sin;
+  // sin with its first half negated: rotate_half(x) * sin == roll(x, d/2) * sin_signed exactly (a
+  // sign moves from x to the table), so apply_rotary needs no neg and no slices of x.
+  at::Tensor sin_signed;
 };
 Rotary make_rotary(int64_t seq_len, int64_t head_dim, double theta, at::ScalarType dtype,
                    at::Device device);
 
 // x [B, heads, T, head_dim] -> x * cos + rotate_half(x) * sin, rotate_half being the half-split
-// convention cat(-x2, x1) (not the interleaved-pairs one).
+// convention cat(-x2, x1) (not the interleaved-pairs one). Computed as x * cos + roll(x, d/2) *
+// sin_signed: the same values bit for bit, forward and backward, in two fewer ops each way.
 at::Tensor apply_rotary(const at::Tensor& x, const Rotary& rope);
 
 // Modules below allocate their weights with at::empty (uninitialized, nothing touched) in the

@@ -1,11 +1,16 @@
 // Qwen3 numerics against Hugging Face transformers: tiny random checkpoints (tied/untied, GQA 1 and
 // >1, head_dim != hidden/heads, biases, sharded) give the same fp32 logits, in the library and
-// through `deepen forward`.
+// through `deepen forward`; the aten path's RMSNorm and RoPE against transformers' op sequences.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <vector>
 
+#include <torch/autograd.h>
+
+#include "model/qwen3.h"
 #include "model/teacher_stage.h"
 #include "tests/model/qwen3_fixtures.h"
 
@@ -103,6 +108,53 @@ TEST(DeepenForward, MissingIdsFileIsBadInput) {
                                    " --ids " + tmp + "/absent.txt --out " + tmp + "/out.safetensors");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("absent.txt: cannot open"), std::string::npos) << r.output;
+}
+
+// The aten path writes RMSNorm's backward in closed form and RoPE's rotate_half as a roll; what
+// transformers' modeling_qwen3.py writes is the reference, run through autograd here.
+at::Tensor hf_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  return w * (x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps));
+}
+
+at::Tensor hf_apply_rotary(const at::Tensor& x, const Rotary& rope) {
+  const int64_t half = x.size(-1) / 2;
+  return x * rope.cos + at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * rope.sin;
+}
+
+// Gradients of f(inputs) under upstream gradient g, with respect to leaf copies of the inputs.
+std::vector<at::Tensor> grads_of(const std::function<at::Tensor(const std::vector<at::Tensor>&)>& f,
+                                 std::vector<at::Tensor> inputs, const at::Tensor& g) {
+  for (at::Tensor& t : inputs) t = t.detach().requires_grad_();
+  return torch::autograd::grad({f(inputs)}, inputs, {g});
+}
+
+TEST(Qwen3Ops, AtenRmsNormHasTransformersValuesAndGradientsWithinRounding) {
+  at::manual_seed(3);
+  // A [B, T, heads, d] view of a wider projection output, as the q/k norms read it, and a plain one.
+  const at::Tensor wide = at::randn({2, 7, 48});
+  for (const at::Tensor& x : {wide.narrow(-1, 16, 32).view({2, 7, 2, 16}), at::randn({2, 7, 32}) * 3}) {
+    const at::Tensor w = 1 + 0.3 * at::randn({x.size(-1)});
+    EXPECT_TRUE(at::equal(rms_norm(x, w, 1e-6, CpuKernels::kAten), hf_rms_norm(x, w, 1e-6)));
+    const at::Tensor g = at::randn(x.sizes());
+    const auto want = grads_of([](const auto& in) { return hf_rms_norm(in[0], in[1], 1e-6); }, {x, w}, g);
+    const auto got = grads_of([](const auto& in) { return rms_norm(in[0], in[1], 1e-6, CpuKernels::kAten); }, {x, w}, g);
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_LT(max_abs_diff(got[i], want[i]) / want[i].abs().max().item<double>(), 1e-5) << (i ? "dw" : "dx");
+  }
+}
+
+TEST(Qwen3Ops, RotaryIsTransformersRotateHalfBitForBitInValuesAndGradients) {
+  at::manual_seed(4);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const Rotary rope = make_rotary(9, 16, 10000.0, dtype, at::kCPU);
+    // [B, heads, T, d] in the transposed layout the projections produce.
+    const at::Tensor x = at::randn({2, 9, 3, 16}).to(dtype).transpose(1, 2);
+    EXPECT_TRUE(at::equal(apply_rotary(x, rope), hf_apply_rotary(x, rope))) << dtype;
+    const at::Tensor g = at::randn(x.sizes()).to(dtype);
+    const auto want = grads_of([&](const auto& in) { return hf_apply_rotary(in[0], rope); }, {x}, g);
+    const auto got = grads_of([&](const auto& in) { return apply_rotary(in[0], rope); }, {x}, g);
+    EXPECT_TRUE(at::equal(got[0], want[0])) << dtype;
+  }
 }
 
 }  // namespace
