@@ -139,6 +139,7 @@ int main(int argc, char** argv) {
     in.precision = cfg.student.precision;
     in.recompute = cfg.student.recompute;
     in.vocab_chunk = cfg.distill.vocab_chunk;
+    in.closed_form_norms = true;  // CPU, cpu_kernels = "aten" (base_toml)
     const double predicted = deepen::student_memory(in).total();
     const double measured = static_cast<double>(peak - baseline);
     const double ratio = measured / predicted;

@@ -79,6 +79,7 @@ deepen::StudentMemory predicted(const Shape& s, const std::string& sharding, int
   in.sharding = sharding;
   in.students = students;
   in.bucket_bytes = static_cast<double>(kBucketBytes);
+  in.closed_form_norms = true;  // fp32 on CPU, op-sequence kernels
   return deepen::student_memory(in);
 }
 

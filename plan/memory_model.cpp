@@ -27,12 +27,17 @@ BlockValues values_of(const ModelShape& m) {
 double mlp_sublayer_bytes(const BlockValues& v, int b) { return (2 * v.h + 4 * v.I) * b; }
 }  // namespace
 
-double block_activation_bytes_per_token(const ModelShape& m, const std::string& precision, const std::string& recompute) {
+double block_activation_bytes_per_token(const ModelShape& m, const std::string& precision, const std::string& recompute,
+                                        bool closed_form_norms) {
   const BlockValues v = values_of(m);
   const int b = precision_bytes(precision).activation;
-  const double full = (4 * v.h + 4 * v.q + 3 * v.kv + 4 * v.I) * b + 4.0 * (2 * v.h + v.q + v.kv) + 4.0 * v.heads;
+  const double norm_inputs = closed_form_norms && precision == "fp32"
+                                 ? 4.0 * (2 + v.heads + static_cast<double>(m.kv_heads))
+                                 : 4.0 * (2 * v.h + v.q + v.kv);
+  const double full = (4 * v.h + 4 * v.q + 3 * v.kv + 4 * v.I) * b + norm_inputs + 4.0 * v.heads;
   if (recompute == "none") return full;
-  if (recompute == "mlp") return full - 4.0 * v.h - mlp_sublayer_bytes(v, b) + v.h * b;
+  const double norm2_input = closed_form_norms && precision == "fp32" ? 4.0 : 4.0 * v.h;
+  if (recompute == "mlp") return full - norm2_input - mlp_sublayer_bytes(v, b) + v.h * b;
   if (recompute == "layer") return v.h * b;
   throw InputError("student.recompute: must be \"none\", \"layer\" or \"mlp\", got \"" + recompute + "\"");
 }
@@ -55,9 +60,9 @@ StudentMemory student_memory(const StudentMemoryInput& in) {
   out.compute_copy = pb.compute_copy * params;
   out.gradients = pb.gradient * trainable;
   out.optimizer = pb.optimizer * trainable;
-  const double per_block = block_activation_bytes_per_token(m, in.precision, in.recompute);
+  const double per_block = block_activation_bytes_per_token(m, in.precision, in.recompute, in.closed_form_norms);
   double rebuilt = 0;  // one block's recomputation during its backward
-  if (in.recompute == "layer") rebuilt = block_activation_bytes_per_token(m, in.precision, "none");
+  if (in.recompute == "layer") rebuilt = block_activation_bytes_per_token(m, in.precision, "none", in.closed_form_norms);
   if (in.recompute == "mlp") rebuilt = mlp_sublayer_bytes(values_of(m), pb.activation);
   out.activations = (static_cast<double>(m.layers) * per_block + rebuilt) * n;
   // The loss reads the hidden states in fp32 and returns their gradient (2 x hidden fp32 per token)

@@ -42,7 +42,11 @@ PrecisionBytes precision_bytes(const std::string& precision);  // InputError for
 // Example (the paper's layer, hidden 4096, 32/8 heads x 128, intermediate 12288, bf16-mixed, none):
 //   2·(4·4096 + 4·4096 + 3·1024 + 4·12288) + 4·(8192 + 4096 + 1024) + 4·32
 //   = 169,984 + 53,248 + 128 = 223,360 bytes per token.
-double block_activation_bytes_per_token(const ModelShape& m, const std::string& precision, const std::string& recompute);
+// closed_form_norms: fp32 on CPU with the op-sequence kernels, whose RMSNorms compute their backward
+// in closed form (model/qwen3.cpp) and keep the normalized input and one fp32 scale per row instead
+// of the input: the 4·(2h + q + kv) term becomes 4·(2 + heads + kv_heads) (the rows' scales).
+double block_activation_bytes_per_token(const ModelShape& m, const std::string& precision, const std::string& recompute,
+                                        bool closed_form_norms = false);
 
 // What decides a student rank's memory.
 struct StudentMemoryInput {
@@ -60,6 +64,8 @@ struct StudentMemoryInput {
   std::string sharding = "none";
   int64_t students = 1;
   double bucket_bytes = 32.0 * (1 << 20);
+  // The student runs fp32 on CPU with cpu_kernels = "aten" (block_activation_bytes_per_token).
+  bool closed_form_norms = false;
 };
 
 // Elements of the largest trainable parameter: the vocab x hidden matrix when the head (untied) or

@@ -41,6 +41,12 @@ TEST(MemoryModel, TinyFp32StudentWorkedByHand) {
 TEST(MemoryModel, RecomputationKeepsLessPerBlock) {
   EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "fp32", "layer"), 8 * 4.0);
   EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "fp32", "mlp"), 680.0 - 80 * 4);
+  // fp32 on CPU with the op-sequence kernels: the norms keep their rows' scales, not their inputs,
+  // 4·(2 + 2 + 1) = 20 bytes instead of 4·(2·8 + 8 + 4) = 112; the MLP's norm drops its scale (4).
+  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "fp32", "none", true), 680.0 - 112 + 20);
+  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "fp32", "mlp", true), 588.0 - 4 - 80 * 4 + 8 * 4);
+  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "bf16-mixed", "none", true),
+            block_activation_bytes_per_token(tiny(2), "bf16-mixed", "none"));  // bf16 runs HF's sequence
   EXPECT_EQ(student_memory(tiny_student("fp32", "layer")).activations, (2 * 32.0 + 680) * 16);
   EXPECT_EQ(student_memory(tiny_student("fp32", "mlp")).activations, (2 * 360.0 + 80 * 4) * 16);
 }
