@@ -30,7 +30,7 @@ const char* cpu_kernels_name(CpuKernels mode);
 //   kRmsNorm:   RMSNorm over the last dim (pow, mean, add, rsqrt, mul, mul; and backward)
 //   kQkvRope:   q, k, v projections, per-head q/k RMSNorm, RoPE, [B, heads, T, d] layouts
 //               (fused: one [q|k|v] matmul and one pass)
-//   kSwiGluMlp: gate and up projections, silu(gate) * up (fused: one [gate|up] matmul, one pass)
+//   kSwiGluMlp: gate and up projections, silu(gate) * up (fused: the two matmuls, then one pass)
 enum class FusedStep { kRmsNorm, kQkvRope, kSwiGluMlp };
 const char* fused_step_name(FusedStep step);
 

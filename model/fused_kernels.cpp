@@ -100,34 +100,21 @@ void rope_backward_row(float* g, const float* cos, const float* sin, int64_t d) 
 }
 
 DEEPEN_CLONES
-void swiglu_forward(const float* gu, float* out, int64_t rows, int64_t inter) {
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* gate = gu + i * 2 * inter;
-    const float* up = gate + inter;
-    float* o = out + i * inter;
+void swiglu_forward(const float* gate, const float* up, float* out, int64_t n) {
 #pragma omp simd
-    for (int64_t j = 0; j < inter; ++j) {
-      const float s = 1.f / (1.f + vexp(-gate[j]));
-      o[j] = gate[j] * s * up[j];
-    }
+  for (int64_t j = 0; j < n; ++j) {
+    const float s = 1.f / (1.f + vexp(-gate[j]));
+    out[j] = gate[j] * s * up[j];
   }
 }
 
 DEEPEN_CLONES
-void swiglu_backward(const float* g, const float* gu, float* dgu, int64_t rows, int64_t inter) {
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* gate = gu + i * 2 * inter;
-    const float* up = gate + inter;
-    const float* gr = g + i * inter;
-    float* dgate = dgu + i * 2 * inter;
-    float* dup = dgate + inter;
+void swiglu_backward(const float* g, const float* gate, const float* up, float* dgate, float* dup, int64_t n) {
 #pragma omp simd
-    for (int64_t j = 0; j < inter; ++j) {
-      const float s = 1.f / (1.f + vexp(-gate[j]));
-      const float silu = gate[j] * s;
-      dup[j] = gr[j] * silu;
-      dgate[j] = gr[j] * up[j] * (s * (1.f + gate[j] * (1.f - s)));
-    }
+  for (int64_t j = 0; j < n; ++j) {
+    const float s = 1.f / (1.f + vexp(-gate[j]));
+    dup[j] = g[j] * gate[j] * s;
+    dgate[j] = g[j] * up[j] * (s * (1.f + gate[j] * (1.f - s)));
   }
 }
 

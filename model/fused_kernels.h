@@ -24,9 +24,9 @@ void rope_forward_row(float* y, const float* cos, const float* sin, int64_t d);
 // Its transpose, in place on the gradient: g <- g*cos + R^T(g*sin), R^T(z) = cat(z[d/2:], -z[:d/2]).
 void rope_backward_row(float* g, const float* cos, const float* sin, int64_t d);
 
-// gu rows hold [gate (inter) | up (inter)] (row stride 2*inter); out = silu(gate) * up.
-void swiglu_forward(const float* gu, float* out, int64_t rows, int64_t inter);
-// g = dL/dout -> dgu = [g * up * silu'(gate) | g * silu(gate)].
-void swiglu_backward(const float* g, const float* gu, float* dgu, int64_t rows, int64_t inter);
+// out = silu(gate) * up over n values.
+void swiglu_forward(const float* gate, const float* up, float* out, int64_t n);
+// g = dL/dout -> dgate = g * up * silu'(gate), dup = g * silu(gate).
+void swiglu_backward(const float* g, const float* gate, const float* up, float* dgate, float* dup, int64_t n);
 
 }  // namespace deepen::kernels

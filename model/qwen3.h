@@ -24,8 +24,8 @@ struct DecoderSpec {
   double rope_theta = 1'000'000.0;
   double rms_eps = 1e-6;
   bool attention_bias = false;  // q/k/v/o biases (Qwen3 checkpoints: false)
-  // fp32 on CPU, per step (cpu_kernel_choice.h): fused projections (q|k|v and gate|up as one
-  // matmul each) and the hand-fused kernels of fused_kernels.h, or LibTorch's ops in the HF
+  // fp32 on CPU, per step (cpu_kernel_choice.h): the fused q|k|v projection (one matmul) and the
+  // hand-fused kernels of fused_kernels.h, or LibTorch's ops in the HF
   // forward sequence (RMSNorm with a closed-form backward); auto takes whichever this machine runs
   // faster. Same math either way (tests compare both, values and gradients). bf16 and CUDA always
   // run the HF op sequence (RoPE as a roll everywhere: bit for bit the same).
