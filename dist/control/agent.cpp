@@ -358,10 +358,12 @@ struct Agent::Impl {
     {
       std::lock_guard lock(mu);
       if (abort_info) return;
+      // Said before anyone can see the abort: a trainer that reacts by ending the process (exit 1)
+      // cut the line off when it came after (ControlWatchdog.FrozenProcessAborts... in a CI run).
+      log("ABORT: " + info.message);
       abort_info = info;
     }
     cv.notify_all();
-    log("ABORT: " + info.message);
     if (opt.hard_exit_after_s >= 0) {
       std::thread([grace = opt.hard_exit_after_s, message = info.message] {
         std::this_thread::sleep_for(from_seconds(grace));
