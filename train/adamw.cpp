@@ -33,6 +33,19 @@ std::vector<std::string> AdamW::names() const {
   return out;
 }
 
+double sum_of_squares(const std::vector<at::Tensor>& pieces) {
+  std::vector<at::Tensor> sums;
+  sums.reserve(pieces.size());
+  for (const auto& t : pieces) sums.push_back(t.to(at::kDouble).pow(2).sum());
+  double sq = 0;
+  if (!sums.empty()) {
+    const at::Tensor host = at::stack(sums).to(at::kCPU);
+    const double* p = host.data_ptr<double>();
+    for (int64_t i = 0; i < host.numel(); ++i) sq += p[i];
+  }
+  return sq;
+}
+
 void adamw_update(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
                   const at::Tensor& exp_avg_sq, int64_t step, double lr, bool decay, const AdamWOptions& o) {
   if (o.weight_decay > 0 && decay) param.mul_(1.0 - lr * o.weight_decay);

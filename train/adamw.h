@@ -23,6 +23,12 @@ struct AdamWOptions {
 void adamw_update(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
                   const at::Tensor& exp_avg_sq, int64_t step, double lr, bool decay, const AdamWOptions& options);
 
+// Sum of the squares of every element of `pieces`, in fp64: each piece's sum stays on its device
+// and all come to the host in one copy (one device synchronization), added there in order. The
+// gradient norm both trainers clip by (replicated: whole gradients; sharded: a rank's bucket chunks,
+// so no fp64 copy of a whole shard is made).
+double sum_of_squares(const std::vector<at::Tensor>& pieces);
+
 // The update is torch.optim.AdamW's (decoupled decay, bias-corrected moments). Decay applies to
 // matrices only: norms' gains and 1-D parameters are not pulled toward zero, as in most LLM recipes.
 // Parameters are registered by name; a parameter registered later (a grown block) starts with

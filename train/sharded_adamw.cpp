@@ -119,8 +119,13 @@ void ShardedAdamW::release(int64_t unit) {
   if (mode_ != Mode::kFull || pinned_ > 0) return;
   auto it = gathered_.find(unit);
   if (it == gathered_.end() || !it->second) return;
-  for (size_t p = 0; p < params_.size(); ++p)
-    if (params_[p].unit == unit) params_[p].tensor.set_data(at::empty({0}, params_[p].tensor.options()));
+  // The unit's parameters are exactly those of its buckets (a bucket never holds two units).
+  const auto [first, end] = unit_buckets_.at(unit);
+  for (int64_t p = layout_.buckets[static_cast<size_t>(first)].first_param;
+       p < layout_.buckets[static_cast<size_t>(end - 1)].end_param; ++p) {
+    at::Tensor& t = params_[static_cast<size_t>(p)].tensor;
+    t.set_data(at::empty({0}, t.options()));
+  }
   it->second = false;
 }
 
@@ -249,11 +254,10 @@ double ShardedAdamW::reduce_gradients() {
   // The norm of the mean gradient: each rank's owned slices (padding is zero), summed in fp64,
   // bucket chunk by chunk: the fp64 copy of a whole shard would be twice the shard (N/S · 8 bytes,
   // and its square as much again) at the step's peak.
-  std::vector<at::Tensor> sums;
+  std::vector<at::Tensor> chunks;
   for (int64_t b = 0, offset = 0; b < static_cast<int64_t>(layout_.buckets.size()); offset += layout_.chunk(b++))
-    sums.push_back(grad_shard_.narrow(0, offset, layout_.chunk(b)).to(at::kDouble).pow(2).sum());
-  const double local_sq = at::stack(sums).sum().item<double>();
-  return std::sqrt(group_.sum({local_sq})[0]);
+    chunks.push_back(grad_shard_.narrow(0, offset, layout_.chunk(b)));
+  return std::sqrt(group_.sum({sum_of_squares(chunks)})[0]);
 }
 
 void ShardedAdamW::update(double lr, double max_norm, double norm) {

@@ -353,19 +353,8 @@ double Trainer::reduce_and_update(double lr) {
 }
 
 // Global L2 norm of the (already averaged) gradients; scaled down to grad_clip when above it.
-// Per-tensor sums of squares stay on the device and come to the host in one copy (one device
-// synchronization instead of one per parameter); the host adds them in order, as before.
 double Trainer::clip_gradients(const std::vector<at::Tensor>& grads) {
-  std::vector<at::Tensor> sums;
-  sums.reserve(grads.size());
-  for (const auto& g : grads) sums.push_back(g.to(at::kDouble).pow(2).sum());
-  double sq = 0;
-  if (!sums.empty()) {
-    const at::Tensor host = at::stack(sums).to(at::kCPU);
-    const double* p = host.data_ptr<double>();
-    for (int64_t i = 0; i < host.numel(); ++i) sq += p[i];
-  }
-  const double norm = std::sqrt(sq);
+  const double norm = std::sqrt(sum_of_squares(grads));
   const double clip = cfg_.optim.grad_clip;
   if (clip > 0 && norm > clip) {
     const double scale = clip / (norm + 1e-6);
