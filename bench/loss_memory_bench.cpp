@@ -64,7 +64,8 @@ int run_child(const Options& o) {
   deepen::TeacherTargets teacher;
   {
     at::Tensor logits = torch::randn({o.tokens, o.vocab}) * 2.0;
-    teacher = o.teacher == "topk" ? deepen::teacher_topk(logits, o.topk, o.tau) : deepen::TeacherTargets::full(logits);
+    teacher = deepen::parse_option<deepen::TeacherOutput>(o.teacher, "--teacher") == deepen::TeacherOutput::kTopk
+                  ? deepen::teacher_topk(logits, o.topk, o.tau) : deepen::TeacherTargets::full(logits);
   }
   deepen::DistillLossOptions lo;
   lo.alpha = o.alpha;

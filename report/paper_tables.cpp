@@ -43,12 +43,6 @@ const EvalPoint* phase_zero_end(const RunData& run) {
   return nullptr;
 }
 
-const RoleSummary* role_of(const Report& r, const std::string& role) {
-  for (const auto& s : r.roles)
-    if (s.role == role) return &s;
-  return nullptr;
-}
-
 double final_ce(const RunData& r) { return r.evals.back().val_ce; }
 
 // The table's runs, for the paper-config note under it.
@@ -93,8 +87,8 @@ bool matches_paper_config(const RunData& run) {
 }
 
 std::optional<Interaction> interaction(const Report& report) {
-  const RoleSummary *pj = role_of(report, "pre-joint"), *qj = role_of(report, "post-joint"),
-                    *pg = role_of(report, "pre-grow"), *qg = role_of(report, "post-grow");
+  const RoleSummary *pj = find_role(report, NormPlacement::kPre, RunKind::kJoint), *qj = find_role(report, NormPlacement::kPost, RunKind::kJoint),
+                    *pg = find_role(report, NormPlacement::kPre, RunKind::kGrow), *qg = find_role(report, NormPlacement::kPost, RunKind::kGrow);
   if (!pj || !qj || !pg || !qg) return std::nullopt;
   Interaction out;
   out.delta_joint = qj->val_ce.mean - pj->val_ce.mean;
@@ -114,7 +108,7 @@ std::optional<Interaction> interaction(const Report& report) {
 std::vector<RoleTransitions> transition_table(const Report& report) {
   std::vector<RoleTransitions> out;
   for (const auto& s : report.roles) {
-    if (s.kind != "grow" && s.kind != "freeze") continue;
+    if (!appends_blocks(s.kind)) continue;
     std::vector<std::vector<TransitionLoss>> per_run;
     for (const RunData* r : s.runs)
       if (!r->train_loss.empty() && r->stage_depths.size() == r->stage_steps.size())
@@ -153,8 +147,8 @@ std::string paper_tables_markdown(const Report& r) {
 
   // ---- Table 1 ----
   md << "\n## Table 1: normalization × curriculum (validation CE)\n\n";
-  const RoleSummary *pj = role_of(r, "pre-joint"), *qj = role_of(r, "post-joint"), *pg = role_of(r, "pre-grow"),
-                    *qg = role_of(r, "post-grow");
+  const RoleSummary *pj = find_role(r, NormPlacement::kPre, RunKind::kJoint), *qj = find_role(r, NormPlacement::kPost, RunKind::kJoint), *pg = find_role(r, NormPlacement::kPre, RunKind::kGrow),
+                    *qg = find_role(r, NormPlacement::kPost, RunKind::kGrow);
   const auto cell = [](const RoleSummary* s) { return s ? stat_text(s->val_ce) + " (n=" + std::to_string(s->val_ce.n) + ")" : std::string("—"); };
   md << "| norm | joint | paper | grow | paper |\n|---|---|---|---|---|\n"
      << "| pre | " << cell(pj) << " | " << fixed(kPreJoint) << " | " << cell(pg) << " | " << fixed(kPreGrow) << " |\n"
@@ -179,7 +173,7 @@ std::string paper_tables_markdown(const Report& r) {
 
   // ---- Table 2 ----
   md << "\n## Table 2: single block (validation CE, KD, perplexity)\n\n";
-  const RoleSummary *ps = role_of(r, "pre-single-block"), *qs = role_of(r, "post-single-block");
+  const RoleSummary *ps = find_role(r, NormPlacement::kPre, RunKind::kSingleBlock), *qs = find_role(r, NormPlacement::kPost, RunKind::kSingleBlock);
   if (ps || qs) {
     md << "| norm | val CE | paper | KD | paper | PPL | paper |\n|---|---|---|---|---|---|---|\n";
     for (auto [s, name, ce, kd, ppl] : {std::tuple{ps, "pre", kPreSingleCe, kPreSingleKd, kPreSinglePpl},
@@ -223,8 +217,8 @@ std::string paper_tables_markdown(const Report& r) {
          << stat_text(stat(p), 2) << " | " << fixed(ppl, 2) << " |\n";
     }
     const RoleSummary* g = pg ? pg : qg;
-    if (g->runs.front()->config.curriculum.phase_policy != "reset")
-      md << "\nThese grow runs carry state across phases (phase_policy = \"" << g->runs.front()->config.curriculum.phase_policy
+    if (g->runs.front()->config.curriculum.phase_policy != PhasePolicy::kReset)
+      md << "\nThese grow runs carry state across phases (phase_policy = \"" << option_name(g->runs.front()->config.curriculum.phase_policy)
          << "\"): their phase 0 ran under the whole run's LR schedule, so it is not the paper's single-block run.\n";
     md << config_note({g});
   } else {
@@ -237,7 +231,7 @@ std::string paper_tables_markdown(const Report& r) {
   for (const auto& s : r.roles)
     // Every joint control (joint, joint-matched, and any later joint-* kind) beside post-grow; which of
     // the paper's controls each one is comes from its budget below, not from its kind's name.
-    if (s.norm == "post" && (s.kind.rfind("joint", 0) == 0 || s.kind == "grow")) t3.push_back(&s);
+    if (s.norm == NormPlacement::kPost && (is_joint_control(s.kind) || s.kind == RunKind::kGrow)) t3.push_back(&s);
   if (!t3.empty()) {
     md << "| role | steps | tokens (total) | active-layer tokens | val CE | paper | paper run |\n"
        << "|---|---|---|---|---|---|---|\n";
@@ -245,7 +239,7 @@ std::string paper_tables_markdown(const Report& r) {
       std::string paper = "—", paper_run = "—";
       const RunData& run = *s->runs.front();
       // Which of the paper's controls this is, by its budget against post-grow's (within one step).
-      if (s->kind == "grow") {
+      if (s->kind == RunKind::kGrow) {
         paper = fixed(kPostGrow), paper_run = "post-grow";
       } else if (qg && !run.stage_steps.empty() && !qg->runs.front()->stage_steps.empty() &&
                  run.config.curriculum.budget.empty()) {
@@ -265,7 +259,7 @@ std::string paper_tables_markdown(const Report& r) {
           paper = fixed(kPostJointLong), paper_run = "post-joint-long (active-layer tokens matched)";
         else if (std::llabs(s->tokens - qg->tokens) <= run.tokens_per_step)
           paper = fixed(kPostJointLonger), paper_run = "post-joint-longer (total tokens matched)";
-        else if (s->kind != "grow")
+        else if (s->kind != RunKind::kGrow)
           paper = fixed(kPostJoint), paper_run = "post-joint (unique tokens matched)";
       }
       md << "| " << s->role << " | " << thousands(s->steps) << " | " << thousands(s->tokens) << " | "
@@ -320,7 +314,7 @@ std::string paper_tables_markdown(const Report& r) {
 
   // ---- Table A3 ----
   md << "\n## Table A3: freeze vs grow (validation CE)\n\n";
-  const RoleSummary *pf = role_of(r, "pre-freeze"), *qf = role_of(r, "post-freeze");
+  const RoleSummary *pf = find_role(r, NormPlacement::kPre, RunKind::kFreeze), *qf = find_role(r, NormPlacement::kPost, RunKind::kFreeze);
   if (pf || qf) {
     md << "| norm | grow | freeze | paper freeze | freeze − grow |\n|---|---|---|---|---|\n";
     for (auto [f, g, name, paper] : {std::tuple{pf, pg, "pre", kPreFreeze}, std::tuple{qf, qg, "post", kPostFreeze}}) {

@@ -378,13 +378,7 @@ DistillLossOptions distill_loss_options(const DistillConfig& cfg) {
   o.alpha = cfg.alpha;
   o.temperature = cfg.temperature;
   o.vocab_chunk = cfg.vocab_chunk;
-  if (cfg.tail == "renormalize") {
-    o.tail = TopkTail::kRenormalize;
-  } else if (cfg.tail == "bucket") {
-    o.tail = TopkTail::kBucket;
-  } else {
-    throw InputError("distill.tail: expected \"renormalize\" or \"bucket\", got \"" + cfg.tail + "\"");
-  }
+  o.tail = cfg.tail;
   return o;
 }
 

@@ -52,8 +52,7 @@ namespace deepen {
 // the [V, H] weight gradient, which the optimizer needs anyway). Compute dtype: fp32 (fp64 when
 // `hidden` is fp64); bf16 hidden/weight are multiplied in bf16 and the results used in fp32.
 
-enum class TopkTail { kRenormalize, kBucket };
-
+// (TopkTail, distill.tail: config/options.h)
 struct DistillLossOptions {
   double alpha = 1.0;                     // weight of the KL term; 1 − α weighs CE on the labels
   double temperature = 1.0;               // τ
@@ -62,7 +61,7 @@ struct DistillLossOptions {
   int64_t ignore_index = -100;            // labels equal to it count for neither KL nor CE
 };
 
-// distill.alpha, temperature, vocab_chunk and tail. Throws InputError on an unknown tail.
+// distill.alpha, temperature, vocab_chunk and tail.
 DistillLossOptions distill_loss_options(const DistillConfig& cfg);
 
 // What the teacher sends for a micro-batch; leading dims flatten to N rows like `hidden`'s.

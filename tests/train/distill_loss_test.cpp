@@ -523,7 +523,7 @@ TEST(DistillLoss, BadInputsAreNamed) {
             }).find("top-k index outside the vocabulary"),
             std::string::npos);
   DistillConfig cfg;
-  cfg.tail = "bucket";
+  cfg.tail = TopkTail::kBucket;
   cfg.vocab_chunk = 123;
   EXPECT_EQ(distill_loss_options(cfg).tail, TopkTail::kBucket);
   EXPECT_EQ(distill_loss_options(cfg).vocab_chunk, 123);

@@ -1,0 +1,16 @@
+// A run's resolved decisions (see run_plan.h).
+#include "train/run_plan.h"
+
+namespace deepen {
+
+RunPlan make_run_plan(const Config& cfg, GrowthSchedule schedule, int64_t vocab) {
+  RunPlan plan;
+  plan.cfg = cfg;
+  plan.schedule = std::move(schedule);
+  plan.counts = {cfg.parallel.students, cfg.parallel.grad_accum, eval_batch_count(cfg)};
+  plan.loss = distill_loss_options(cfg.distill);
+  plan.vocab = vocab;
+  return plan;
+}
+
+}  // namespace deepen
