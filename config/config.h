@@ -40,7 +40,8 @@ struct DataConfig {
   int64_t max_len = 8192;            // documents: a document is cut to its first max_len tokens
   // documents: a fixed training shard of the first train documents holding >= this many target
   // tokens (truncated to max_len); 0 = every train document. Grow runs wrap within it (every
-  // phase replays it); joint runs read it once and continue onto fresh documents (data/replay.h).
+  // phase replays it); joint runs read it once and continue onto fresh documents (the shard's size:
+  // data/documents.h, replay_shard_documents; its order: data/sampler.h, ReplayShard).
   int64_t replay_shard_tokens = 0;
   // documents: the validation set is the first N documents of data.valid (eval covers all of
   // them every time, ceil(N / parallel.micro_batch) batches); 0 = eval.batches batches as before.
@@ -147,7 +148,7 @@ std::vector<int64_t> stage_depths(const CurriculumConfig& cur);
 struct DistillConfig {
   double alpha = 1.0;             // weight of the KL term; 1 - alpha weighs CE on the labels
   double temperature = 1.0;
-  std::string logits = "full";    // "full" | "topk": what the teacher sends
+  std::string logits = "full";    // "full" | "topk" | "hidden": what the teacher sends (logits, top-k, hidden states)
   int64_t topk = 64;
   std::string tail = "renormalize";  // top-k only: "renormalize" | "bucket"
   int64_t vocab_chunk = 8192;     // loss is computed this many vocabulary columns at a time
