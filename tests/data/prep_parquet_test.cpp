@@ -21,7 +21,7 @@ using test::slurp;
 
 std::string qwen3_tokenizer() {
   if (const char* env = std::getenv("DEEPEN_QWEN3_TOKENIZER")) return std::string("qwen3:") + env;
-  return "qwen3:" + std::string(test::kSourceDir) + "/../shared/qwen3/tokenizer.json";
+  return std::string("qwen3:") + test::kQwen3Tokenizer;
 }
 
 class PrepParquetTest : public test::PrepFixture {

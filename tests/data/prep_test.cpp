@@ -132,7 +132,7 @@ TEST_F(PrepTest, DocumentIndexGivesBackEachDocumentsTokensAcrossShardBoundaries)
 
 TEST_F(PrepTest, OutputIsByteIdenticalForAnyThreadCount) {
   make_corpus(300);
-  DataConfig cfg = config("qwen3:" + std::string(test::kSourceDir) + "/../shared/qwen3/tokenizer.json");
+  DataConfig cfg = config(std::string("qwen3:") + test::kQwen3Tokenizer);
   if (const char* env = std::getenv("DEEPEN_QWEN3_TOKENIZER")) cfg.tokenizer = std::string("qwen3:") + env;
   cfg.shard_tokens = 20000;
   std::vector<std::string> runs;

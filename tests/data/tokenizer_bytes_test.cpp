@@ -45,8 +45,7 @@ TEST(ByteTokenizer, TokenClasses) {
                                         TokenClass::kContent,    TokenClass::kContent};
   EXPECT_EQ(cls, want);
   EXPECT_STREQ(token_class_name(TokenClass::kStructural), "structural");
-  EXPECT_NE(tok->fingerprint(), make_tokenizer("qwen3:" + std::string(test::kSourceDir) +
-                                               "/../shared/qwen3/tokenizer.json")->fingerprint());
+  EXPECT_NE(tok->fingerprint(), make_tokenizer(std::string("qwen3:") + test::kQwen3Tokenizer)->fingerprint());
 }
 
 // `deepen tokenize`: the small tool to check a tokenizer from the shell.
@@ -71,7 +70,7 @@ class TokenizeCommand : public ::testing::Test {
 };
 
 TEST_F(TokenizeCommand, EncodesAndDecodesQwen3) {
-  const std::string spec = "--tokenizer qwen3:" + std::string(test::kSourceDir) + "/../shared/qwen3/tokenizer.json";
+  const std::string spec = std::string("--tokenizer qwen3:") + test::kQwen3Tokenizer;
   int rc = -1;
   EXPECT_EQ(run(spec, "Hello, world\n", &rc), "9707 11 1879 198\n");
   EXPECT_EQ(rc, 0);
