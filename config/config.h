@@ -19,8 +19,14 @@ struct RunConfig {
   int64_t seed = 1;                  // model init, sampler and dropout-free training are all seeded by it
   int64_t threads = 0;               // intra-op CPU threads; 0 = all cores given to this rank
   std::string device = "auto";       // "auto" | "cpu" | "cuda": where models and batches live; auto = CUDA if visible
+  // TensorBoard event files in out_dir beside metrics.jsonl (`tensorboard --logdir <out_dir or a
+  // folder of runs>`): every numeric field of each metrics and eval record as a scalar ("train/loss",
+  // "eval/val_ce", ...), written as the record is (run_folder/tensorboard_events.h). An execution
+  // setting: switching it does not stop a resume.
+  bool tensorboard = false;
   template <class V> void visit(V& v) {
     v("name", name); v("out_dir", out_dir); v("seed", seed); v("threads", threads); v("device", device);
+    v("tensorboard", tensorboard);
   }
 };
 
@@ -289,7 +295,7 @@ std::string to_toml(const Config& cfg);
 uint64_t config_hash(const Config& cfg);
 
 // The config with the settings that change only how a run executes (speed, memory, rounding), never
-// what it trains, put back to their defaults: run.threads, run.device, student.cpu_kernels,
+// what it trains, put back to their defaults: run.threads, run.device, run.tensorboard, student.cpu_kernels,
 // teacher.cpu_kernels, student.recompute, student.tf32 and [control]. A checkpoint resumes across them and the
 // report counts runs that differ only in them as one experiment.
 Config without_execution_settings(const Config& cfg);
