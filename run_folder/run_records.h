@@ -18,8 +18,8 @@ namespace deepen {
 //                              "eval/<field>" (run_folder/tensorboard_events.h), flushed with the record
 // Every record carries "step". On resume from a checkpoint taken after step s, records with
 // step > s are dropped first (and a torn last line with them, see run_folder/jsonl.h): those steps
-// run again, so the files read as one uninterrupted run. TensorBoard gets the same view from a
-// SessionLog START at step s + 1 in the resumed run's new event file.
+// run again, so the files read as one uninterrupted run. TensorBoard gets the same view from the
+// SessionLog START at step s + 1 that begins the resumed run's new event file.
 class RunRecords {
  public:
   RunRecords(const std::string& run_dir, std::optional<int64_t> resume_after_step, bool tensorboard = false);

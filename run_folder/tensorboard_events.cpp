@@ -165,7 +165,7 @@ TensorBoardEvents::TensorBoardEvents(const std::string& dir, std::optional<int64
   out_.open(path_, std::ios::binary | std::ios::app);
   if (!out_) throw std::runtime_error(path_ + ": cannot open the TensorBoard event file for writing");
   write(file_version_event(now_seconds()));
-  if (resume_at_step) write(session_start_event(now_seconds(), *resume_at_step));
+  write(session_start_event(now_seconds(), resume_at_step.value_or(0)));
 }
 
 void TensorBoardEvents::scalars(int64_t step, const std::vector<Scalar>& values) {

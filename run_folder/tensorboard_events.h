@@ -40,8 +40,11 @@ struct Scalar {
 // the first event of every file: file_version "brain.Event:2" (version 2 is what makes TensorBoard
 // honour SessionLog START, below).
 std::string file_version_event(double wall_time);
-// SessionLog START at `step`: TensorBoard drops every event it has read with a step >= `step`, as the
-// run folder's JSONL records drop the steps a resumed run redoes.
+// SessionLog START at `step`, written at every start of a run. A START after the first one in a
+// folder is a restart: TensorBoard drops every event it has read with a step >= `step`, as the run
+// folder's JSONL records drop the steps a resumed run redoes. (Its Python loader, `--load_fast=false`,
+// takes a run's first START for the initial one and purges only from the second on; its Rust loader
+// purges at every START. A START at every start serves both.)
 std::string session_start_event(double wall_time, int64_t step);
 // A summary of simple_value scalars at `step`.
 std::string scalars_event(double wall_time, int64_t step, const std::vector<Scalar>& scalars);
@@ -64,8 +67,9 @@ void remove_tensorboard_events(const std::string& dir);
 class TensorBoardEvents {
  public:
   // `resume_at_step`: nullopt for a fresh run, else the first step this start trains (the one after
-  // the checkpoint's): it gets a SessionLog START. Throws std::runtime_error naming the file when it
-  // cannot be written.
+  // the checkpoint's). The file begins with file_version and a SessionLog START at the first step
+  // this start trains (0 when fresh). Throws std::runtime_error naming the file when it cannot be
+  // written.
   TensorBoardEvents(const std::string& dir, std::optional<int64_t> resume_at_step);
 
   // One event with the scalars at `step`, flushed at once.

@@ -49,10 +49,12 @@ std::optional<nlohmann::json> tensorboard_view(const fs::path& dir, const std::s
   return nlohmann::json::parse(slurp(out));
 }
 
-// What TensorBoard holds for `tag`: (step, value) pairs.
-std::vector<std::pair<int64_t, double>> series(const nlohmann::json& view, const std::string& tag) {
+// What one of TensorBoard's readers holds for `tag`: (step, value) pairs. `reader` is "scalars" (the
+// classic EventAccumulator) or "server" (the one `tensorboard --logdir` serves from).
+std::vector<std::pair<int64_t, double>> series(const nlohmann::json& view, const std::string& tag,
+                                               const std::string& reader = "scalars") {
   std::vector<std::pair<int64_t, double>> out;
-  for (const auto& p : view.at("scalars").at(tag)) out.emplace_back(p[0].get<int64_t>(), p[1].get<double>());
+  for (const auto& p : view.at(reader).at(tag)) out.emplace_back(p[0].get<int64_t>(), p[1].get<double>());
   return out;
 }
 
@@ -136,7 +138,6 @@ TEST(TensorBoardEvents, TensorBoardReadsARunsRecordsWithTheRedoneStepsOfAResumeO
   std::vector<std::pair<int64_t, double>> want_loss;
   for (int64_t step = 0; step <= 3; ++step) want_loss.emplace_back(step, as_float(1.0 + 0.1 * step));
   for (int64_t step = 4; step <= 7; ++step) want_loss.emplace_back(step, as_float(10.0 + step));
-  EXPECT_EQ(series(*view, "train/loss"), want_loss);
   // TensorBoard's view and metrics.jsonl agree step for step.
   const auto metrics = read_jsonl(RunFolder(dir.string()).metrics_jsonl());
   ASSERT_EQ(metrics.size(), want_loss.size());
@@ -144,20 +145,25 @@ TEST(TensorBoardEvents, TensorBoardReadsARunsRecordsWithTheRedoneStepsOfAResumeO
     EXPECT_EQ(metrics[i]["step"].get<int64_t>(), want_loss[i].first);
     EXPECT_EQ(as_float(metrics[i]["loss"].get<double>()), want_loss[i].second);
   }
-  EXPECT_EQ(series(*view, "train/lr").back(), std::make_pair(int64_t{7}, as_float(8e-4)));
-  EXPECT_EQ(series(*view, "train/tokens").back(), std::make_pair(int64_t{7}, 512.0));
-  EXPECT_EQ(series(*view, "train/time/compute").size(), 8u);
-  EXPECT_EQ(series(*view, "eval/val_ce"),
-            (std::vector<std::pair<int64_t, double>>{{2, 3.25}, {5, 2.75}, {7, 2.5}}));
-  // A null is no point: the resumed eval at step 5 has no KL, the first run's was dropped.
-  EXPECT_EQ(series(*view, "eval/val_kl"), (std::vector<std::pair<int64_t, double>>{{2, 0.5}, {7, 0.125}}));
-  EXPECT_FALSE(view->at("scalars").contains("eval/stage_end"));
-  EXPECT_FALSE(view->at("scalars").contains("train/step"));
+  for (const std::string reader : {"scalars", "server"}) {
+    SCOPED_TRACE(reader);
+    EXPECT_EQ(series(*view, "train/loss", reader), want_loss);
+    EXPECT_EQ(series(*view, "train/lr", reader).back(), std::make_pair(int64_t{7}, as_float(8e-4)));
+    EXPECT_EQ(series(*view, "train/tokens", reader).back(), std::make_pair(int64_t{7}, 512.0));
+    EXPECT_EQ(series(*view, "train/time/compute", reader).size(), 8u);
+    EXPECT_EQ(series(*view, "eval/val_ce", reader),
+              (std::vector<std::pair<int64_t, double>>{{2, 3.25}, {5, 2.75}, {7, 2.5}}));
+    // A null is no point: the resumed eval at step 5 has no KL, the first run's was dropped.
+    EXPECT_EQ(series(*view, "eval/val_kl", reader), (std::vector<std::pair<int64_t, double>>{{2, 0.5}, {7, 0.125}}));
+    EXPECT_FALSE(view->at(reader).contains("eval/stage_end"));
+    EXPECT_FALSE(view->at(reader).contains("train/step"));
+  }
 
-  // Without the START the redone steps would show twice: the test can tell.
+  // Without the purge the redone steps would show twice: the test can tell.
   const auto raw = tensorboard_view(dir, "--keep-orphans");
   ASSERT_TRUE(raw.has_value());
   EXPECT_EQ(series(*raw, "train/loss").size(), 6u + 4u);
+  EXPECT_EQ(series(*raw, "train/loss", "server").size(), 6u + 4u);
 
   { RunRecords fresh(dir.string(), std::nullopt, /*tensorboard=*/false); }
   EXPECT_TRUE(event_files(dir).empty());
@@ -175,11 +181,13 @@ TEST(TensorBoardEvents, ANewEventFileSortsAfterTheFoldersOlderOnes) {
   const std::string name = fs::path(events.path()).filename();
   EXPECT_EQ(name.rfind("events.out.tfevents.9999999991.", 0), 0u) << name;
   EXPECT_EQ(event_files(dir).back().filename(), name);
-  // It starts with the file_version event, framed: only the wall time differs from one made now.
+  // A fresh run's file holds the file_version event and a START at step 0, framed: only the wall
+  // times differ from events made now.
   const std::string bytes = slurp(events.path());
-  const std::string first = tfrecord(file_version_event(0));
-  ASSERT_EQ(bytes.size(), first.size());
-  EXPECT_EQ(bytes.substr(0, 12), first.substr(0, 12));  // same length, same length checksum
+  const std::string version = tfrecord(file_version_event(0)), start = tfrecord(session_start_event(0, 0));
+  ASSERT_EQ(bytes.size(), version.size() + start.size());
+  EXPECT_EQ(bytes.substr(0, 12), version.substr(0, 12));  // same length, same length checksum
+  EXPECT_EQ(bytes.substr(version.size(), 12), start.substr(0, 12));
   EXPECT_NE(bytes.find("brain.Event:2"), std::string::npos);
 }
 
