@@ -51,6 +51,11 @@ TEST(ByteTokenizer, TokenClasses) {
 // `deepen tokenize`: the small tool to check a tokenizer from the shell.
 class TokenizeCommand : public ::testing::Test {
  protected:
+  void SetUp() override {
+    const char* bin = std::getenv("DEEPEN_BIN");
+    const std::string deepen = bin ? bin : test::kDeepenBin;
+    if (!fs::exists(deepen)) GTEST_SKIP() << deepen << " is not built (a torch-free build; ninja -C build deepen)";
+  }
   std::string run(const std::string& args, const std::string& input, int* rc) {
     // One folder per test: ctest runs the tests of this fixture in parallel processes.
     const fs::path dir = fs::path(test::kBinaryDir) / "testdata" /
