@@ -498,6 +498,7 @@ Config without_execution_settings(const Config& cfg) {
   Config c = cfg;
   c.run.threads = defaults.run.threads;
   c.run.device = defaults.run.device;
+  c.run.tensorboard = defaults.run.tensorboard;  // what is written beside the records, not what is trained
   c.student.cpu_kernels = defaults.student.cpu_kernels;
   c.teacher.cpu_kernels = defaults.teacher.cpu_kernels;
   c.student.recompute = defaults.student.recompute;

@@ -21,8 +21,14 @@ struct RunConfig {
   int64_t seed = 1;                  // model init, sampler and dropout-free training are all seeded by it
   int64_t threads = 0;               // intra-op CPU threads; 0 = all cores given to this rank
   RunDevice device = RunDevice::kAuto;  // "auto" | "cpu" | "cuda": where models and batches live; auto = CUDA if visible
+  // TensorBoard event files in out_dir beside metrics.jsonl (`tensorboard --logdir <out_dir or a
+  // folder of runs>`): every numeric field of each metrics and eval record as a scalar ("train/loss",
+  // "eval/val_ce", ...), written as the record is (run_folder/tensorboard_events.h). An execution
+  // setting: switching it does not stop a resume.
+  bool tensorboard = false;
   template <class V> void visit(V& v) {
     v("name", name); v("out_dir", out_dir); v("seed", seed); v("threads", threads); v("device", device);
+    v("tensorboard", tensorboard);
   }
 };
 
@@ -42,7 +48,8 @@ struct DataConfig {
   int64_t max_len = 8192;            // documents: a document is cut to its first max_len tokens
   // documents: a fixed training shard of the first train documents holding >= this many target
   // tokens (truncated to max_len); 0 = every train document. Grow runs wrap within it (every
-  // phase replays it); joint runs read it once and continue onto fresh documents (data/sampler.h, ReplayShard).
+  // phase replays it); joint runs read it once and continue onto fresh documents (the shard's size:
+  // data/documents.h, replay_shard_documents; its order: data/sampler.h, ReplayShard).
   int64_t replay_shard_tokens = 0;
   // documents: the validation set is the first N documents of data.valid (eval covers all of
   // them every time, ceil(N / parallel.micro_batch) batches); 0 = eval.batches batches as before.
@@ -293,7 +300,7 @@ std::string to_toml(const Config& cfg);
 uint64_t config_hash(const Config& cfg);
 
 // The config with the settings that change only how a run executes (speed, memory, rounding), never
-// what it trains, put back to their defaults: run.threads, run.device, student.cpu_kernels,
+// what it trains, put back to their defaults: run.threads, run.device, run.tensorboard, student.cpu_kernels,
 // teacher.cpu_kernels, student.recompute, student.tf32 and [control]. A checkpoint resumes across them and the
 // report counts runs that differ only in them as one experiment.
 Config without_execution_settings(const Config& cfg);

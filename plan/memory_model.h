@@ -138,7 +138,7 @@ struct StudentMemory {
 //   2,928 + 1,024) = 21,520; forward = 5,856·3 + 21,760 + 21,504 = 60,832, the peak (66,688 replicated).
 //   At 1 token per micro-batch the step is the peak: forward = 17,568 + 1,360 + 1,344 = 20,272 < 21,520.
 // The loss's 10 [tokens, chunk] fp32 temporaries are measured, not derived: loss_memory_bench's
-// 1.31 GB at 4096 tokens x chunk 8192 (README) is 9.8 of them.
+// 1.31 GB at 4096 tokens x chunk 8192 (docs/performance.md) is 9.8 of them.
 StudentMemory student_memory(const StudentMemoryInput& in);
 
 // From a plan: the student at full depth, micro_batch_tokens(in) tokens, the configured logits,

@@ -21,7 +21,7 @@ int64_t layer_steps(const RunData& r) {
   return sum;
 }
 
-// PAPER.md "Reported results" (validation CE at the scheduled end points) and "Diagnostics".
+// docs/protocol.md, "Published results" (validation CE at the scheduled end points) and "Diagnostics".
 constexpr double kPreJoint = 2.7603, kPostJoint = 2.7607, kPreGrow = 2.7658, kPostGrow = 2.7330;
 constexpr double kDeltaJoint = 0.0004, kDeltaGrow = -0.0328, kInteraction = -0.0332;
 constexpr double kPostJointLong = 2.7518, kPostJointLonger = 2.7428;
@@ -339,7 +339,8 @@ std::string paper_tables_markdown(const Report& r) {
     md << "Jump = loss at the first step at the new depth − baseline (mean loss over the smoothing window before "
           "the append); AUC = Σ (loss − baseline) over the short / long window (loss × steps); recovery = steps "
           "until the smoothed loss is back at the baseline. Windows scale with the phase: the paper's 1k / 5k / 200 "
-          "steps of a 50k-step phase are 2 % / 10 % / 0.4 % of it. The paper gives no values in PAPER.md.\n\n"
+          "steps of a 50k-step phase are 2 % / 10 % / 0.4 % of it. The paper gives no values for them "
+          "(docs/protocol.md, \"Diagnostics\").\n\n"
        << "| role | append at step | windows (short/long/smooth) | jump | AUC short | AUC long | recovery steps |\n"
        << "|---|---|---|---|---|---|---|\n";
     for (const auto& t : tt)

@@ -50,7 +50,7 @@ JOBS=${JOBS:-16}
 BUDGET_S=${BUDGET_S:-540}
 STEPS=${STEPS:-8}
 TEACHER_LAYERS=${TEACHER_LAYERS:-4}
-# Qwen3-8B's layer shape (PAPER.md: the student is 3 blocks of 3 layers at the teacher's width).
+# Qwen3-8B's layer shape (docs/protocol.md, "Student": the student is 3 blocks of 3 layers at the teacher's width).
 HIDDEN=4096 HEADS=32 KV=8 HD=128 INTER=12288 VOCAB=151936 SEQ=8192 BLOCK_LAYERS=3 DEVICE=cuda
 REHEARSE=${REHEARSE:-0}
 if ((REHEARSE)); then HIDDEN=64 HEADS=4 KV=2 HD=16 INTER=128 VOCAB=512 SEQ=256 DEVICE=cpu; fi

@@ -62,7 +62,8 @@ RunOutcome Trainer::run() {
   if (resume_from) check_resumable(*resume_from);
   if (leader_) start_run_folder(resume_from.has_value());
   if (leader_)  // only student 0 writes records
-    records_.emplace(out_dir_, resume_from ? std::optional<int64_t>(resume_from->step) : std::nullopt);
+    records_.emplace(out_dir_, resume_from ? std::optional<int64_t>(resume_from->step) : std::nullopt,
+                     cfg_.run.tensorboard);
   time_log_.emplace(out_dir_, run_.world_rank, resume_from ? std::optional<int64_t>(resume_from->step) : std::nullopt);
 
   if (resume_from) {

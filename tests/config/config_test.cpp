@@ -205,8 +205,8 @@ TEST(Config, WithoutExecutionSettingsKeepsOnlyWhatIsTrained) {
   const Config b = parse_config(kMinimal, "b.toml",
                                 {"run.threads=2", "run.device=\"cpu\"", "student.cpu_kernels=\"aten\"",
                                  "teacher.cpu_kernels=\"fused\"", "student.recompute=\"layer\"", "control.watchdog_s=7",
-                                 "student.tf32=true"});
-  EXPECT_EQ(config_differences(a, b).size(), 7u);
+                                 "student.tf32=true", "run.tensorboard=true"});
+  EXPECT_EQ(config_differences(a, b).size(), 8u);
   EXPECT_TRUE(config_differences(without_execution_settings(a), without_execution_settings(b)).empty());
   const Config c = parse_config(kMinimal, "c.toml", {"run.threads=2", "curriculum.stage_steps=[10, 10, 11]"});
   const auto d = config_differences(without_execution_settings(a), without_execution_settings(c));

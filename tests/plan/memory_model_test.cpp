@@ -237,11 +237,11 @@ TEST(MemoryModel, PaperConfigOnEightyGigabyteDevicesNamesWhatFits) {
 
 // Why the shipped config keeps micro_batch = 2 under grad_op: at 4 the student's predicted peak is
 // under the 90% budget of an 80 GB device by less than the model's worst measured under-prediction
-// (bench/memory_check, README: measured/predicted at most 1.047, recompute = "mlp"), so it does not
-// fit with a margin; at 2 both roles do. The plan prints the sharded figures in the memory section
-// and each layout's student peak in the table.
+// (bench/memory_check, docs/performance.md: measured/predicted at most 1.065, recompute = "mlp"), so
+// it does not fit with a margin; at 2 both roles do. The plan prints the sharded figures in the
+// memory section and each layout's student peak in the table.
 TEST(MemoryModel, PaperConfigMicroBatchIsTheLargestThatFitsWithinTheModelsMeasuredError) {
-  constexpr double kWorstMeasuredOverPredicted = 1.047;
+  constexpr double kWorstMeasuredOverPredicted = 1.065;
   PlanInput in = paper_plan();
   const ClusterSpec c = two_nodes_of_80_gb();
   const double budget = 0.9 * c.memory;

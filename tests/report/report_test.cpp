@@ -483,8 +483,9 @@ TEST(Report, PlotsAreRenderedFromTheRecordsWithGrowthEventsMarked) {
 }
 
 // The paper's tables from the synthetic study: numbers recomputed from the records' closed forms.
-// Without single-block runs, Table 2 is read from the grow runs' phase-0 end points (PAPER.md: under
-// the reset policy phase 0 of a grow run is the single-block control), mean over seeds.
+// Without single-block runs, Table 2 is read from the grow runs' phase-0 end points (under the reset
+// policy phase 0 of a grow run is the single-block control, docs/protocol.md "Controls"), mean over
+// seeds.
 TEST(PaperTables, SingleBlockTableReadsTheGrowRunsPhaseZeroEndWithoutSingleBlockRuns) {
   const std::string root = scratch("table2_from_grow");
   for (const auto& [n, norm, kind] : std::vector<std::tuple<std::string, std::string, std::string>>{

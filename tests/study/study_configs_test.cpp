@@ -37,8 +37,9 @@ TEST(StudyConfigs, EveryRunOfEveryShippedStudyExpandsToAValidConfig) {
 const char* const kPaperStudies[] = {"configs/paper/study-qwen3-8b.toml", "configs/paper/study-qwen3-1.7b.toml",
                                      "configs/paper/study-qwen3-0.6b.toml"};
 
-// Every run of PAPER.md's study and controls, three seeds, with the budgets the paper gives in steps,
-// and the role the report gives each (from its config, never its name).
+// Every run of the paper's study and controls (docs/protocol.md, "Curriculum" and "Controls"), three
+// seeds, with the budgets the paper gives in steps, and the role the report gives each (from its
+// config, never its name).
 TEST(StudyConfigs, PaperStudiesHoldEveryRunOfThePaperWithItsBudgets) {
   struct Want {
     std::string kind;
@@ -101,8 +102,9 @@ TEST(StudyConfigs, PaperRunsAskForCudaAndNcclExplicitly) {
   }
 }
 
-// Every value PAPER.md does not give is marked in the paper configs: each key line of the base
-// configs is one the paper fixes, is operational, or carries "# ASSUMPTION".
+// Every value the paper does not give (docs/protocol.md, "What the paper leaves open") is marked in
+// the paper configs: each key line of the base configs is one the paper fixes, is operational, or
+// carries "# ASSUMPTION".
 TEST(StudyConfigs, PaperBaseConfigsMarkTheirAssumptions) {
   const std::set<std::string> given_or_operational = {
       // run, data (FineWeb-Edu sample-10BT, documents up to 8,192, the fixed shard and validation set)
@@ -132,13 +134,13 @@ TEST(StudyConfigs, PaperBaseConfigsMarkTheirAssumptions) {
       }
       EXPECT_TRUE(given_or_operational.count(key)) << f << ": " << line;
     }
-    // PAPER.md's gaps: the split, the micro-batch, the student dtype, the freeze detail, the wire
+    // The paper's gaps: the split, the micro-batch, the student dtype, the freeze detail, the wire
     // dtype, the diagnostics interval (and the unused keys of documents mode).
     EXPECT_GE(marked, 6) << f;
   }
 }
 
-// `deepen train configs/paper/qwen3-8b.toml --dry-run` resolves to the paper's values (PAPER.md).
+// `deepen train configs/paper/qwen3-8b.toml --dry-run` resolves to the paper's values (docs/protocol.md).
 TEST(StudyConfigs, PaperConfigDryRunResolvesToThePublishedProtocol) {
   if (!fs::exists(test::kDeepenBin)) GTEST_SKIP() << "deepen not built";
   const std::string log = (fs::path(test::kBinaryDir) / "test_scratch" / "paper_config_dry_run.log").string();
