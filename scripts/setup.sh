@@ -8,6 +8,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libopenmpi-dev openmpi-bin            # MPI backend and mpirun
   libboost-dev libboost-system-dev      # Boost.Asio control plane
+  libssl-dev                            # OpenSSL libcrypto: control-plane HMAC, nonces, job secret
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libutf8proc-dev libgtest-dev
   libopenblas0-openmp                   # fast fp32 BLAS on CPU
   gnuplot-nox                           # report plots (PNG, SVG)

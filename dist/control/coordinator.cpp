@@ -13,7 +13,7 @@
 
 #include "dist/control/clock.h"
 #include "dist/control/framed_connection.h"
-#include "dist/control/sha256.h"
+#include "dist/control/hmac.h"
 
 namespace deepen::control {
 
