@@ -1,5 +1,7 @@
 // /metrics over real sockets: a scrape is valid Prometheus text that follows the trainers' steps;
-// other paths, methods, malformed, oversized and silent requests are refused within bounds.
+// other paths, methods, malformed, oversized and silent requests, and floods of them, are refused
+// within bounds.
+#include <algorithm>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -59,16 +61,52 @@ TEST(ControlMetricsHttp, OtherPathsMethodsAndBadRequestsAreRefusedWithinBounds) 
   EXPECT_EQ(post.rfind("HTTP/1.1 405", 0), 0u) << post;
   EXPECT_NE(post.find("Allow: GET"), std::string::npos);
   EXPECT_EQ(http_get(port, "DELETE /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 405", 0), 0u);
+  EXPECT_EQ(http_get(port, "POST /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello").rfind("HTTP/1.1 405", 0), 0u);
+  const std::string big_body = http_get(port, "GET /metrics HTTP/1.1\r\nContent-Length: 100000\r\n\r\n" +
+                                                  std::string(100000, 'b'));
+  EXPECT_EQ(big_body.rfind("HTTP/1.1 413", 0), 0u) << big_body;
   EXPECT_EQ(http_get(port, "garbage\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
   EXPECT_EQ(http_get(port, "GET /metrics?x=1 HTTP/1.0\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
+  // Most of this request is never read; the answer must still arrive whole (no reset on close).
   const std::string huge = "GET /metrics HTTP/1.1\r\nX: " + std::string(20000, 'a') + "\r\n\r\n";
-  EXPECT_EQ(http_get(port, huge).rfind("HTTP/1.1 431", 0), 0u);
+  const std::string too_large = http_get(port, huge);
+  EXPECT_EQ(too_large.rfind("HTTP/1.1 431", 0), 0u) << too_large;
+  EXPECT_NE(too_large.find("\r\n\r\nrequest headers too large\n"), std::string::npos) << too_large;
   // A client that connects and says nothing is closed after http_timeout_s, others still served.
   const int silent = raw_connect(port);
   ASSERT_GE(silent, 0);
   EXPECT_EQ(http_get(port, "GET /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
   EXPECT_TRUE(closed_by_peer(silent, 5));
   ::close(silent);
+}
+
+// At most 16 scrape connections are held at once; a flood of silent clients gets the rest closed
+// unanswered at once (so it cannot exhaust the coordinator's descriptors), and scrapes are served
+// again once the silent ones time out.
+TEST(ControlMetricsHttp, AFloodOfSilentClientsIsBoundedAndScrapesResumeAfterTheirTimeout) {
+  LocalJob job(1, 0, [](CoordinatorOptions& o) {
+    o.metrics = true;
+    o.http_timeout_s = 3;
+  });
+  const uint16_t port = job.coord->metrics_endpoint()->port;
+  std::vector<int> silent;
+  for (int i = 0; i < 24; ++i) {
+    silent.push_back(raw_connect(port));
+    ASSERT_GE(silent.back(), 0);
+  }
+  std::vector<bool> closed(silent.size());
+  auto closed_count = [&] {
+    for (size_t i = 0; i < silent.size(); ++i) {
+      if (!closed[i]) closed[i] = closed_by_peer(silent[i], 0.01);
+    }
+    return std::count(closed.begin(), closed.end(), true);
+  };
+  EXPECT_TRUE(eventually([&] { return closed_count() >= 8; }, 2)) << closed_count() << " closed";
+  EXPECT_EQ(closed_count(), 8) << "the 16 held connections must wait for their timeout";
+  EXPECT_EQ(http_get(port, "GET /metrics HTTP/1.1\r\n\r\n", 1), "") << "a 17th connection is closed unanswered";
+  EXPECT_TRUE(eventually([&] { return http_get(port, "GET /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0) == 0; }, 10));
+  EXPECT_EQ(closed_count(), 24);
+  for (int fd : silent) ::close(fd);
 }
 
 }  // namespace
