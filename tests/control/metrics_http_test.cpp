@@ -70,6 +70,7 @@ TEST(ControlMetricsHttp, OtherPathsMethodsAndBadRequestsAreRefusedWithinBounds) 
                                                   std::string(100000, 'b'));
   EXPECT_EQ(big_body.rfind("HTTP/1.1 413", 0), 0u) << big_body;
   EXPECT_EQ(http_get(port, "garbage\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
+  EXPECT_EQ(http_get(port, "GET /metrics HTTP/2.0\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u) << "only HTTP/1.x";
   EXPECT_EQ(http_get(port, "GET /metrics?x=1 HTTP/1.0\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
   // Most of this request is never read; the answer must still arrive whole (no reset on close).
   const std::string huge = "GET /metrics HTTP/1.1\r\nX: " + std::string(20000, 'a') + "\r\n\r\n";
