@@ -371,7 +371,7 @@ std::string paper_tables_markdown(const Report& r) {
   if (!rs.str().empty()) {
     md << "Per-token RMS of the residual stream at the last block boundary (what an appended block receives), "
           "first seed; document-boundary tokens = each row's first position, every <|endoftext|> and the position "
-          "after it (# ASSUMPTION, curriculum/block_boundary_rms.h). Paper: pre-norm std 5.81 → 19.98, kurtosis > "
+          "after it (# ASSUMPTION, diagnostics/block_boundary_rms.h). Paper: pre-norm std 5.81 → 19.98, kurtosis > "
           "2400, document-boundary 119 → 425 vs regular 7.1 → 11.5; post-norm std 0.07–0.19, both types < 2.5.\n\n"
        << "| role | after step | depth | mean | std | kurtosis | document-boundary mean | regular mean |\n"
        << "|---|---|---|---|---|---|---|---|\n"

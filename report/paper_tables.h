@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "curriculum/transition_loss.h"
+#include "diagnostics/transition_loss.h"
 #include "report/report.h"
 
 namespace deepen {

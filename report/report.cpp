@@ -31,7 +31,7 @@ using nlohmann::json;
 
 namespace {
 
-// A per-class map, either bare ({"first": 1.2, ...}) or curriculum/boundary_diagnostics.h's
+// A per-class map, either bare ({"first": 1.2, ...}) or diagnostics/boundary_diagnostics.h's
 // ClassMeans ({"mean": {...}, "tokens": {...}}).
 ClassValues class_values(const json& j) {
   ClassValues out;
@@ -127,7 +127,7 @@ DiagnosticPoint parse_diagnostic(const std::string& text) {
   d.stage = j.value("stage", 0);
   d.depth = j.value("depth", int64_t{0});
   d.event = j.value("event", std::string());
-  // curriculum/boundary_diagnostics.h's ResidualScale ({"entering": [...], "boundary": ...}) and
+  // diagnostics/boundary_diagnostics.h's ResidualScale ({"entering": [...], "boundary": ...}) and
   // IdentityMapping ({"relative_change": ..., "cosine": ...}), under whatever key the trainer uses.
   for (auto it = j.begin(); it != j.end(); ++it) {
     const json& v = it.value();

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "curriculum/distribution_summary.h"
+#include "diagnostics/distribution_summary.h"
 #include "report/run_kind.h"
 #include "report/scaling.h"
 
@@ -44,13 +44,13 @@ struct DiagnosticPoint {
   ClassValues boundary_rms;              // RMS of what an appended block would receive
   ClassValues identity_rel;              // last block: ||B(x) - x|| / ||x||
   ClassValues identity_cos;              // last block: cos(B(x), x)
-  // Block-boundary RMS per token type (curriculum/block_boundary_rms.h): boundary b = 0 .. depth/L.
+  // Block-boundary RMS per token type (diagnostics/block_boundary_rms.h): boundary b = 0 .. depth/L.
   struct BoundaryRms {
     DistributionSummary all, document_boundary, regular;
   };
   int64_t block_layers = 1;
   std::vector<BoundaryRms> block_rms;
-  // Block removal (curriculum/block_removal.h), at phase ends and at the end of the run.
+  // Block removal (diagnostics/block_removal.h), at phase ends and at the end of the run.
   struct Removal {
     int64_t block = 0;
     double ce_without = 0, delta_ce = 0, angle = 0;

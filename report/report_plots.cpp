@@ -12,7 +12,7 @@
 #include "report/number_text.h"
 #include "report/paper_figures.h"
 #include "report/scaling.h"
-#include "study/study_process.h"
+#include "child_process/child_process.h"
 
 namespace deepen {
 namespace fs = std::filesystem;

@@ -17,7 +17,7 @@
 #include "run_folder/progress.h"
 #include "run_folder/run_folder.h"
 #include "study/study.h"
-#include "study/study_process.h"
+#include "child_process/child_process.h"
 
 namespace deepen {
 namespace fs = std::filesystem;

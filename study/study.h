@@ -9,7 +9,7 @@
 
 #include "config/config.h"
 #include "run_folder/progress.h"
-#include "study/study_process.h"
+#include "child_process/child_process.h"
 
 namespace deepen {
 

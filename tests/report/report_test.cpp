@@ -17,7 +17,7 @@
 #include "report/report_plots.h"
 #include "report/scaling.h"
 #include "run_folder/active_layer_tokens.h"
-#include "study/study_process.h"
+#include "child_process/child_process.h"
 #include "tests/test_paths.h"
 #include "tests/test_support.h"
 
@@ -432,7 +432,7 @@ TEST(Report, DiagnosticsRecordParsing) {
   EXPECT_DOUBLE_EQ(d.residual_rms[1].at("first"), 2.0);
   EXPECT_DOUBLE_EQ(d.identity_rel.at("content"), 0.4);
   EXPECT_DOUBLE_EQ(d.identity_cos.at("content"), 0.9);
-  // The trainer's form: curriculum/boundary_diagnostics.h's to_json under any key.
+  // The trainer's form: diagnostics/boundary_diagnostics.h's to_json under any key.
   const DiagnosticPoint t = parse_diagnostic(
       R"({"step": 19, "stage": 1, "depth": 2, "event": "growth",
           "residual": {"entering": [{"mean": {"all": 1.0, "first": 4.0}, "tokens": {"all": 8, "first": 1}},

@@ -354,7 +354,7 @@ TEST(SlurmScripts, EveryScriptPassesShellcheck) {
   EXPECT_EQ(r.code, 0) << r.out << r.err;
 }
 
-// The same cases as dist/slurm_env.h's expand_nodelist documents, so both expansions agree.
+// Slurm's compressed host lists, expanded as Slurm does (ranges, lists, zero padding, several groups).
 TEST(SlurmScripts, NodeListExpansionFollowsSlurmsRules) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"node[01-04]", "node01 node02 node03 node04"},

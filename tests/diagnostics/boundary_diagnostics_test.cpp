@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "curriculum/boundary_diagnostics.h"
+#include "diagnostics/boundary_diagnostics.h"
 
 namespace deepen {
 namespace {

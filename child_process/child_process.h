@@ -1,4 +1,4 @@
-// Child processes for the study runner and the demo: spawn this binary (or mpirun) and wait for it.
+// Child processes: spawn a program (this binary, mpirun, gnuplot), forward stop signals, wait.
 #pragma once
 
 #include <functional>

@@ -1,5 +1,5 @@
 // Block-boundary residual scale (see block_boundary_rms.h).
-#include "curriculum/block_boundary_rms.h"
+#include "diagnostics/block_boundary_rms.h"
 
 #include <ATen/ATen.h>
 

@@ -7,7 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
-#include "curriculum/distribution_summary.h"
+#include "diagnostics/distribution_summary.h"
 
 namespace deepen {
 

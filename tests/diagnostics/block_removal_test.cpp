@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "curriculum/block_removal.h"
+#include "diagnostics/block_removal.h"
 #include "model/student_io.h"
 #include "tests/model/order_one_weights.h"
 #include "tests/model/qwen3_fixtures.h"

@@ -1,5 +1,5 @@
 // Block removal (see block_removal.h): the student's forward with one block left out.
-#include "curriculum/block_removal.h"
+#include "diagnostics/block_removal.h"
 
 #include <ATen/ATen.h>
 

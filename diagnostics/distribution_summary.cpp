@@ -1,5 +1,5 @@
 // Distribution summary (see distribution_summary.h): two-pass population moments in double.
-#include "curriculum/distribution_summary.h"
+#include "diagnostics/distribution_summary.h"
 
 #include <cmath>
 

@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "curriculum/distribution_summary.h"
+#include "diagnostics/distribution_summary.h"
 
 namespace deepen {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "curriculum/block_boundary_rms.h"
+#include "diagnostics/block_boundary_rms.h"
 
 namespace deepen {
 namespace {

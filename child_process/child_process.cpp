@@ -1,5 +1,5 @@
 // Child processes: fork/exec with signal forwarding, so a stop request reaches every rank of a run.
-#include "study/study_process.h"
+#include "child_process/child_process.h"
 
 #include <fcntl.h>
 #include <signal.h>

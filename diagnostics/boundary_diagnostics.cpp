@@ -1,5 +1,5 @@
 // Boundary diagnostics (see boundary_diagnostics.h): per-token statistics averaged per token class.
-#include "curriculum/boundary_diagnostics.h"
+#include "diagnostics/boundary_diagnostics.h"
 
 #include <torch/torch.h>
 

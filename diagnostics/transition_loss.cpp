@@ -1,5 +1,5 @@
 // Transition-aligned training loss (see transition_loss.h): plain sums over a loss curve.
-#include "curriculum/transition_loss.h"
+#include "diagnostics/transition_loss.h"
 
 #include <algorithm>
 #include <cmath>

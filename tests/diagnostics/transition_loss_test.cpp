@@ -4,7 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "curriculum/transition_loss.h"
+#include "diagnostics/transition_loss.h"
 
 namespace deepen {
 namespace {
