@@ -121,12 +121,34 @@ grep -E "^-- deepen:" "$CHROOT/out/configure.log" | sed 's/^-- //'
 # ---- What was built ------------------------------------------------------------------------------
 B=/src/build-gpu
 for bin in $B/deepen $B/tests/deepen_torch_tests; do
-  echo "built: $bin, $(stat -c %s "$CHROOT$bin") bytes; $(readelf -d "$CHROOT$bin" | grep -oE '\((RPATH|RUNPATH)\)' | tr -d '()') " \
-    "$(readelf -d "$CHROOT$bin" | grep -c 'kit/') kit folders on it"
+  rpath=$(readelf -d "$CHROOT$bin" | sed -n 's/.*(\(RPATH\|RUNPATH\)).*\[\(.*\)\]/\1 \2/p')
+  echo "built: $bin, $(stat -c %s "$CHROOT$bin") bytes; ${rpath%% *} with the kit's $(tr ':' '\n' <<< "${rpath#* }" | grep '^/kit/' | paste -sd' ')"
+  [[ $rpath == "RPATH "* ]] || { echo "FAILED: $bin has no DT_RPATH (a RUNPATH would not reach the torch wheel's own dependencies)"; exit 1; }
   unresolved=$(in_chroot ldd "$bin" | grep 'not found' || true)
   [[ -z $unresolved ]] || { echo "FAILED: $bin: unresolved libraries: $unresolved"; exit 1; }
 done
 echo "deepen's MPI: $(in_chroot ldd $B/deepen | grep -E 'libmpi|libtomlplusplus|libutf8proc' | awk '{print $1, $3}' | tr '\n' ' ')"
 in_chroot $B/deepen --help | head -3
 echo "GPU tests listed: $(in_chroot $B/tests/deepen_torch_tests --gtest_list_tests --gtest_filter='Gpu*:CommunicatorNccl*:CommunicatorSingle*:LogitChannelStaging*' | grep -c '^  ')"
+
+# ---- The kit at run time (no GPU; the network namespace is the host's) ----------------------------
+# deepen's MPI backend on a world of one, through the kit's Open MPI.
+echo "## deepen_torch_tests --gtest_filter='CommunicatorSingle.*' (MPI singleton through the kit)"
+in_chroot $B/tests/deepen_torch_tests --gtest_filter='CommunicatorSingle.*' | grep -E '^\[ *(OK|FAILED|SKIPPED|PASSED) '
+# The kit's compiler wrapper and mpirun, relocated: two ranks sum their ranks.
+cat > "$CHROOT/tmp/mpi_sum.cpp" << 'EOF2'
+#include <mpi.h>
+#include <cstdio>
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 0, sum = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0) std::printf("mpirun: %d ranks, sum of ranks %d\n", size, sum);
+  MPI_Finalize();
+}
+EOF2
+in_chroot bash -c '. /kit/env.sh && mpicxx /tmp/mpi_sum.cpp -o /tmp/mpi_sum &&
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 /tmp/mpi_sum'
 echo "rehearsal: ok in $(( $(date +%s) - START )) s: deepen and deepen_torch_tests built from the kit alone"
