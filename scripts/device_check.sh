@@ -171,7 +171,7 @@ need_gpu() {  # need_gpu WHAT TEST...: as need, for what only the GPU steps need
 # header H: H is under include/ of a CMAKE_PREFIX_PATH entry (the kit's) or of /usr/local or /usr.
 header() {
   local prefix
-  for prefix in ${CMAKE_PREFIX_PATH//:/ } /usr/local /usr; do [[ -f $prefix/include/$1 ]] && return 0; done
+  for prefix in ${CMAKE_PREFIX_PATH:+${CMAKE_PREFIX_PATH//:/ }} /usr/local /usr; do [[ -f $prefix/include/$1 ]] && return 0; done
   return 1
 }
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
