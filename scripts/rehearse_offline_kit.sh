@@ -13,9 +13,12 @@
 #
 # Making the chroot (debootstrap, minbase + g++, python3, python3-venv) and its Python environment
 # (/opt/torch/.venv, as on the GPU machine) needs root and the registries; both are kept between runs.
+# The script mounts /proc, /sys (read-only) and a tmpfs on /dev/shm inside the chroot and unmounts them
+# on exit; after a run killed with SIGKILL, `mount | grep CHROOT` before deleting the chroot.
 # Each run copies the checkout (tracked and untracked-unignored files) and the kit in afresh and
 # builds from scratch. A Debian package from the build's list found inside the chroot stops it.
 set -euo pipefail
+CALLER_DIR=$PWD
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
@@ -27,13 +30,15 @@ case ${1:-} in
   *) echo "rehearse_offline_kit.sh: unknown argument $1 (use --dry-run or --help)" >&2; exit 2 ;;
 esac
 
-CHROOT=$(realpath -m "${CHROOT:-build-chroot/root}")
-KIT=$(realpath -m "${KIT:-offline-kit}")
-OUT=$(realpath -m "${OUT:-build-chroot/out}")
+# Paths given are the caller's; the defaults are in the checkout (git-ignored).
+path() { (cd "$CALLER_DIR" && realpath -m "$1"); }
+CHROOT=$(path "${CHROOT:-$ROOT/build-chroot/root}")
+KIT=$(path "${KIT:-$ROOT/offline-kit}")
+OUT=$(path "${OUT:-$ROOT/build-chroot/out}")
 JOBS=${JOBS:-2}
 TORCH=${TORCH:-torch==2.11.0}
-WHEELS=${WHEELS:+$(realpath -m "$WHEELS")}
-CUDA=$(realpath -m "${CUDA:-/usr/local/cuda}")
+WHEELS=${WHEELS:+$(path "$WHEELS")}
+CUDA=$(path "${CUDA:-/usr/local/cuda}")
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 PY_PACKAGES=("$TORCH" pyarrow mpi4py safetensors numpy cmake ninja)
 # Debian packages the build takes from the kit: none of them may be in the chroot.
@@ -73,8 +78,12 @@ bind() {  # bind SRC DEST [ro]: DEST inside the chroot, unmounted on exit
 }
 cleanup() { local m; for m in "${MOUNTS[@]}"; do umount "$m" || umount -l "$m"; done; }
 trap cleanup EXIT
+# The chroot's own /dev (debootstrap's nodes) with a tmpfs for shared memory; the host's /dev is not
+# bound, so that removing the chroot can never reach it.
 bind /proc /proc
-bind /dev /dev
+bind /sys /sys ro
+mount -t tmpfs tmpfs "$CHROOT/dev/shm"
+MOUNTS=("$CHROOT/dev/shm" "${MOUNTS[@]}")
 in_chroot() { chroot "$CHROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 PATH=/opt/torch/.venv/bin:/usr/local/cuda/bin:/usr/bin:/bin "$@"; }
 if ! in_chroot python3 -c "import torch, pyarrow, mpi4py, safetensors; assert torch.__version__.startswith('${TORCH#torch==}')" 2> /dev/null; then
   in_chroot /usr/bin/python3 -m venv /opt/torch/.venv
