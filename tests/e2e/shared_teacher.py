@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from distributed_train import MPI_ENV, Cases, rank_pid, records, run  # noqa: E402
 
 TEACHER = ["parallel.teacher_stages=2"]
+ORDER = ["data.order_seed=5"]  # the study case: its data order apart from its seed
 
 
 def toml_string(s):
@@ -131,7 +132,7 @@ class SharedTeacher(Cases):
         with open(path, "w") as f:
             f.write(f"[study]\nname = \"shared\"\nbase = {toml_string(self.base)}\nout_dir = {toml_string(root)}\n"
                     f"seeds = [1]\nlauncher = \"mpirun\"\nshare_teacher = true\n"
-                    f"set = [{', '.join(toml_string(s) for s in TEACHER)}]\n"
+                    f"set = [{', '.join(toml_string(s) for s in TEACHER + ORDER)}]\n"
                     '[[run]]\nname = "pre-grow"\nset = ["student.norm=pre"]\n'
                     '[[run]]\nname = "post-grow"\nset = ["student.norm=post"]\n'
                     '[[run]]\nname = "post-joint-matched"\nset = ["student.norm=post", "curriculum.mode=joint", '
@@ -144,13 +145,18 @@ class SharedTeacher(Cases):
         assert "group shared-g0 (2 runs, one teacher pass): finished" in out, out[-3000:]
         for name, sets in (("pre-grow", ['student.norm="pre"']), ("post-grow", ['student.norm="post"'])):
             alone = os.path.join(self.work, "study-shared-alone", name)
-            self.train(alone, TEACHER + sets, ranks=3)
+            self.train(alone, TEACHER + ORDER + sets, ranks=3)
             steps, _ = self.same(alone, os.path.join(root, name, "seed1"), f"study {name}: group vs alone")
             print(f"study {name}: {steps} steps in the group job, bit-identical to the run alone")
         assert len(records(os.path.join(root, "post-joint-matched", "seed1"), "metrics.jsonl")) > 0
         again = run([self.deepen, "study", path, "--quiet"], env=MPI_ENV).stdout
         assert again.count("finished earlier, not rerun") == 3 and "0 jobs run now" in again, again
-        print("study: one group job of 2 runs, the matched run after it alone; a rerun runs nothing")
+        run([self.deepen, "report", root, "--out", os.path.join(root, "report")])
+        with open(os.path.join(root, "report", "report.md")) as f:
+            md = f.read()
+        assert "Data order: seed 1 reads order 5." in md, md[:3000]
+        print("study: one group job of 2 runs, the matched run after it alone; a rerun runs nothing; "
+              "the report names the data order")
 
     def kill(self):
         sets = ["curriculum.stage_steps=[40, 40, 40]", "checkpoint.every=10", "control.heartbeat_s=0.1",
