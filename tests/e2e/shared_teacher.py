@@ -14,6 +14,8 @@ Uses the fixture of distributed_train.py (`setup`). Cases:
   study      `deepen study` with share_teacher: the two grow runs train as one group job (== alone),
              the matched run (its budget is post-grow's tokens) waits and runs after it; --dry-run
              names the groups and why the matched run did not join; a rerun runs nothing
+  stop       SIGUSR1 to the teacher's last stage: every run stops at one agreed step with a checkpoint,
+             the job exits 3 (requeue); the rerun resumes every run == the uninterrupted group
   kill       SIGKILL the second run's student mid-job: every rank exits non-zero naming the dead
              rank and its run; rerunning the group resumes every run from its own checkpoint and
              every loss curve equals the uninterrupted group's
@@ -158,24 +160,68 @@ class SharedTeacher(Cases):
         print("study: one group job of 2 runs, the matched run after it alone; a rerun runs nothing; "
               "the report names the data order")
 
-    def kill(self):
-        sets = ["curriculum.stage_steps=[40, 40, 40]", "checkpoint.every=10", "control.heartbeat_s=0.1",
-                "control.watchdog_s=10"]
-        runs = [("pre-grow", sets + ['student.norm="pre"']), ("post-grow", sets + ['student.norm="post"'])]
-        whole = self.group_file("group-whole", runs)
-        run(self.group_command(whole, 4), env=MPI_ENV)
-        path = self.group_file("group-killed", runs)
+    def start_long_group(self, name):
+        """The two-run group of 120 steps, started in the background; returns (group file, process)."""
+        path = self.group_file(name, self.long_runs())
         root = os.path.dirname(path)
-        for run_name, _ in runs:
+        for run_name, _ in self.long_runs():
             shutil.rmtree(os.path.join(root, run_name), ignore_errors=True)
         proc = subprocess.Popen(self.group_command(path, 4), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True, env=dict(os.environ, **MPI_ENV), start_new_session=True)
+        metrics = os.path.join(root, "post-grow", "metrics.jsonl")
+        deadline = time.time() + 300
+        while not (os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 35):
+            if proc.poll() is not None or time.time() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+                raise AssertionError("the job ended before step 35: " + proc.stderr.read()[-3000:])
+            time.sleep(0.05)
+        return path, proc
+
+    @staticmethod
+    def long_runs():
+        sets = ["curriculum.stage_steps=[40, 40, 40]", "checkpoint.every=10", "control.heartbeat_s=0.1",
+                "control.watchdog_s=10"]
+        return [("pre-grow", sets + ['student.norm="pre"']), ("post-grow", sets + ['student.norm="post"'])]
+
+    def uninterrupted_long_group(self):
+        whole = self.group_file("group-whole", self.long_runs())
+        if not all(os.path.exists(os.path.join(os.path.dirname(whole), r, "final")) for r, _ in self.long_runs()):
+            run(self.group_command(whole, 4), env=MPI_ENV)
+        return os.path.dirname(whole)
+
+    def resume_and_compare(self, path):
+        run(self.group_command(path, 4, fresh=False), env=MPI_ENV)
+        whole = self.uninterrupted_long_group()
+        for run_name, _ in self.long_runs():
+            steps, worst = self.same(os.path.join(whole, run_name), os.path.join(os.path.dirname(path), run_name),
+                                     f"{run_name}: resumed vs uninterrupted group", tol=1e-6)
+            assert steps == 120, steps
+            print(f"{run_name}: resumed from its checkpoint, 120 steps equal the uninterrupted group (worst rel {worst:.1e})")
+
+    def stop(self):
+        self.uninterrupted_long_group()
+        path, proc = self.start_long_group("group-stopped")
         try:
-            metrics = os.path.join(root, "post-grow", "metrics.jsonl")
-            deadline = time.time() + 300
-            while not (os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 35):
-                assert proc.poll() is None and time.time() < deadline, "the job ended before step 35"
-                time.sleep(0.05)
+            os.kill(rank_pid(path, "OMPI_COMM_WORLD_RANK", 1), signal.SIGUSR1)  # the teacher's last stage
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.returncode == 3, f"a coordinated stop of a group exits 3 (requeue), got {proc.returncode}: {err[-3000:]}"
+        agreed = [l for l in err.splitlines() if "coordinated stop agreed" in l]
+        assert agreed, err[-3000:]
+        stop = int(re.search(r"once (\d+) steps", agreed[0]).group(1))
+        root = os.path.dirname(path)
+        for run_name, _ in self.long_runs():
+            assert len(records(os.path.join(root, run_name), "metrics.jsonl")) == stop, run_name
+            assert os.path.isdir(os.path.join(root, run_name, "checkpoints", f"step_{stop - 1:08d}")), run_name
+        print(f"SIGUSR1 to the teacher: {agreed[0].strip()}; every run checkpointed step_{stop - 1:08d}, exit 3")
+        self.resume_and_compare(path)
+
+    def kill(self):
+        self.uninterrupted_long_group()
+        path, proc = self.start_long_group("group-killed")
+        try:
             os.kill(rank_pid(path, "OMPI_COMM_WORLD_RANK", 3), signal.SIGKILL)  # run 1's student
             _, err = proc.communicate(timeout=60)
         finally:
@@ -186,19 +232,14 @@ class SharedTeacher(Cases):
         aborts = [l for l in err.splitlines() if "ABORT" in l and named.search(l)]
         assert len(aborts) >= 2, "the other ranks name the dead rank and its run:\n" + err[-3000:]
         print("kill -9 of run 1's student:", aborts[0].strip())
-        run(self.group_command(path, 4, fresh=False), env=MPI_ENV)
-        for run_name, _ in runs:
-            steps, worst = self.same(os.path.join(os.path.dirname(whole), run_name), os.path.join(root, run_name),
-                                     f"{run_name}: resumed vs uninterrupted group", tol=1e-6)
-            assert steps == 120, steps
-            print(f"{run_name}: resumed from its checkpoint, 120 steps equal the uninterrupted group (worst rel {worst:.1e})")
+        self.resume_and_compare(path)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--deepen", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("case", choices=["group", "diverging", "study", "kill"])
+    ap.add_argument("case", choices=["group", "diverging", "study", "stop", "kill"])
     a = ap.parse_args()
     getattr(SharedTeacher(a.deepen, a.work), a.case)()
 
