@@ -4,13 +4,13 @@
   python3 tests/e2e/shared_teacher.py --deepen build/deepen --work build/tests/e2e CASE
 
 Uses the fixture of distributed_train.py (`setup`). Cases:
-  group      pre/post-norm x grow, a freeze control and a joint run (1 pipeline x 2 stages + 4 runs x
-             1 student, world 6) == each run alone on 1 x 2 + 1 (world 3), bit for bit: losses,
-             evals, diagnostics; the teacher's forward passes per step are the most any one run
-             alone needs (its micro-batches are computed once for all four)
-  diverging  a grow run replaying a small shard and a longer joint run reading past it (documents):
-             their streams part at the shard's end, the teacher computes each distinct micro-batch
-             once per step and goes on alone for the joint run's last steps; both == alone
+  group      pre/post-norm x grow/freeze (1 pipeline x 2 stages + 4 runs x 1 student, world 6) == each
+             run alone on 1 x 2 + 1 (world 3), bit for bit: losses, evals, diagnostics, final weights;
+             the teacher's forward passes (step_time/ of the job folder) are a quarter of the four
+             runs' alone
+  diverging  joint (6 steps), grow (9, replaying a small shard) and joint-long (12, reading past it),
+             documents: the streams part at the shard's end, the teacher computes each distinct
+             micro-batch once per step and goes on alone for joint-long's last steps; all == alone
   study      `deepen study` with share_teacher: the two grow runs train as one group job (== alone),
              the matched run (its budget is post-grow's tokens) waits and runs after it; --dry-run
              names the groups and why the matched run did not join; a rerun runs nothing
@@ -97,34 +97,43 @@ class SharedTeacher(Cases):
     def group(self):
         runs = [("pre-grow", ['student.norm="pre"']), ("post-grow", ['student.norm="post"']),
                 ("pre-freeze", ['student.norm="pre"', "curriculum.freeze_prefix=true"]),
-                ("post-joint", ['student.norm="post"', 'curriculum.mode="joint"', "curriculum.stage_steps=[9]"])]
+                ("post-freeze", ['student.norm="post"', "curriculum.freeze_prefix=true"])]
         root, alone = self.against_alone("group-4", runs, 6)
+        for run_name, alone_dir in alone.items():
+            a, b = (open(os.path.join(d, "final", "student.safetensors"), "rb").read()
+                    for d in (alone_dir, os.path.join(root, run_name)))
+            assert a == b, f"{run_name}: the final weights differ from the run alone"
         shared = self.passes(os.path.join(root, "job"), 1)
         solo = [self.passes(d, 1) for d in alone.values()]
         for step, n in shared.items():
             # The runs read the same micro-batches and evaluate the same batches: at every step the
-            # teacher computes what the most demanding run alone would, once for all four.
-            assert n == max(s.get(step, 0) for s in solo), (step, n, [s.get(step) for s in solo])
+            # teacher computes what one run alone does, once for all four.
+            assert all(n == s[step] for s in solo), (step, n, [s.get(step) for s in solo])
         total, alone_total = sum(shared.values()), sum(sum(s.values()) for s in solo)
-        print(f"teacher passes: {total} shared vs {alone_total} for the four runs alone ({total / alone_total:.2f})")
+        assert 4 * total == alone_total, (total, alone_total)
+        print(f"final weights equal byte for byte; teacher forward passes: {total} shared vs {alone_total} "
+              f"for the four runs alone (1/4)")
 
     def diverging(self):
         docs = ['data.packing="documents"', "data.max_len=32", "eval.batches=2", "data.replay_shard_tokens=150"]
-        runs = [("grow", docs), ("joint-long", docs + ['curriculum.mode="joint"', "curriculum.stage_steps=[12]"])]
-        root, alone = self.against_alone("group-diverging", runs, 4)
+        joint = ['curriculum.mode="joint"', "curriculum.stages=[3]"]
+        runs = [("joint", docs + joint + ["curriculum.stage_steps=[6]"]), ("grow", docs),
+                ("joint-long", docs + joint + ["curriculum.stage_steps=[12]"])]
+        root, alone = self.against_alone("group-diverging", runs, 5)
         shared = self.passes(os.path.join(root, "job"), 1)
-        grow, joint = self.passes(alone["grow"], 1), self.passes(alone["joint-long"], 1)
+        solo = {name: self.passes(alone[name], 1) for name, _ in runs}
         assert sorted(shared) == list(range(12)), sorted(shared)
         parted = 0
         for step, n in shared.items():
-            g, j = grow.get(step, 0), joint.get(step, 0)
-            assert max(g, j) <= n <= g + j, (step, n, g, j)
-            parted += n > max(g, j)
+            each = [s.get(step, 0) for s in solo.values()]
+            assert max(each) <= n <= sum(each), (step, n, each)
+            parted += n > max(each)
             if step >= 9:
-                assert n == j, "past the grow run's end the teacher works for the joint run alone"
+                assert n == solo["joint-long"][step], "past the others' ends the teacher works for joint-long alone"
         assert parted > 0, "the replay shard wraps within 9 steps: the streams must part"
-        total, alone_total = sum(shared.values()), sum(grow.values()) + sum(joint.values())
-        print(f"streams parted at {parted} of 12 steps; teacher passes {total} shared vs {alone_total} alone")
+        total, alone_total = sum(shared.values()), sum(sum(s.values()) for s in solo.values())
+        print(f"lengths 6, 9, 12; streams parted at {parted} of 12 steps; teacher passes {total} shared vs "
+              f"{alone_total} alone")
 
     def study(self):
         root = os.path.join(self.work, "study-shared")
@@ -223,15 +232,18 @@ class SharedTeacher(Cases):
         path, proc = self.start_long_group("group-killed")
         try:
             os.kill(rank_pid(path, "OMPI_COMM_WORLD_RANK", 3), signal.SIGKILL)  # run 1's student
+            killed = time.time()
             _, err = proc.communicate(timeout=60)
+            took = time.time() - killed
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
         assert proc.returncode != 0, "the job must fail when a rank dies"
+        assert took <= 10 + 5, f"the job ended {took:.1f} s after the kill, past control.watchdog_s = 10"
         named = re.compile(r"rank 3 on \S+ \(.*post-grow.*\)")
         aborts = [l for l in err.splitlines() if "ABORT" in l and named.search(l)]
         assert len(aborts) >= 2, "the other ranks name the dead rank and its run:\n" + err[-3000:]
-        print("kill -9 of run 1's student:", aborts[0].strip())
+        print(f"kill -9 of run 1's student: the job ended {took:.1f} s later;", aborts[0].strip())
         self.resume_and_compare(path)
 
 
