@@ -278,7 +278,7 @@ deepen_run_job() {
   # Pipelines order: each pipeline's students belong on the node of its last stage (the logits
   # then stay inside the node), as dist/rank_layout.h's check_placement warns too.
   if [[ $order == pipelines ]] && ((${#nodes[@]} > 1)); then
-    local per=$((students / pipelines * runs)) t last away s
+    local per=$((runs * (students / pipelines))) t last away s
     for ((t = 0; t < pipelines; t++)); do
       last=$((t * (stages + per) + stages - 1)); away=""
       for ((s = 1; s <= per; s++)); do
