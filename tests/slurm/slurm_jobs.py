@@ -19,7 +19,9 @@ hand under mpirun. Exit 77 (skip) where the Slurm packages are missing. Cases:
   study              `deepen study configs/demo/study_slurm.toml --slurm DIR` (study_small's four runs
                      and a matched run), then DIR/submit.sh: the array runs for real, the matched run
                      waits for post-grow (afterok); `deepen report` shows the five runs
-  study-shared       the same with --share-teacher --max-group-runs 2: the joint and the grow pairs each
+  preempt-group      a shared-teacher group of two runs (6 tasks, run.sbatch group FILE) preempted with
+                     scancel --signal=USR1 --batch, requeued: every run ends equal to the group by hand
+  study-shared       the same study with --share-teacher --max-group-runs 2: the joint and the grow pairs each
                      run as one group job of 6 tasks (slurm/lib.sh: deepen_run_job group FILE), the
                      matched run after the grow group; all five runs complete
 """
@@ -209,6 +211,56 @@ class Jobs:
                   f"COMPLETED; requeued at {requeued:.1f} s, running again at {rerun:.1f} s, {time.time() - t0:.1f} s in all")
             self.compare_with_reference(run_dir, f"preempted at step {stop} ({how}) and requeued", reference, steps)
 
+    def preempt_group(self):
+        """A shared-teacher group (two runs of LAYOUT behind one 2-stage teacher, 6 tasks) submitted with
+        slurm/run.sbatch group FILE, preempted with scancel --signal=USR1 --batch: every run checkpoints
+        at one agreed step, the script requeues the job, the rerun resumes every run and ends equal to
+        the same group run by hand without a stop."""
+        out = os.path.join(self.work, "slurm-preempt-group")
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        names = ("pre-grow", "post-grow")
+
+        def group_file(tag):
+            path = os.path.join(out, f"{tag}.toml")
+            with open(path, "w") as f:
+                f.write(f'[group]\nname = "{tag}"\nout_dir = "{out}/{tag}/job"\n')
+                for n in names:
+                    sets = list(LAYOUT) + [f'student.norm="{n.split("-")[0]}"', f'run.out_dir="{out}/{tag}/{n}"']
+                    f.write(f'\n[[run]]\nconfig = "{self.base}"\nset = [' + ", ".join(json.dumps(x) for x in sets) + "]\n")
+            return path
+
+        run(["mpirun", "-np", "6", self.deepen, "group", group_file("by-hand"), "--fresh", "--quiet"], env=MPI_ENV)
+        path, log = group_file("slurm"), os.path.join(out, "job.out")
+        with Cluster() as c:
+            t0 = time.time()
+            job = c.sbatch(["--nodes=1", "--ntasks=6", "--ntasks-per-node=6", "--gpus-per-node=6", "--cpus-per-task=1",
+                            f"--output={log}", "--time=10", os.path.join(SOURCE, "slurm", "run.sbatch"), "group", path,
+                            "--quiet"], env=dict(MPI_ENV, DEEPEN_BIN=self.deepen, DEEPEN_HOME=SOURCE), cwd=out)
+            self.wait_for_steps(c, job, os.path.join(out, "slurm", "post-grow"), 25)
+            c.run(["scancel", "--signal=USR1", "--batch", job])
+            deadline = time.time() + 120
+            while c.job(job).get("Restarts", "0") == "0":
+                assert time.time() < deadline, f"job {job} not requeued within 120 s\n{open(log).read()[-3000:]}"
+                assert c.job(job).get("JobState") not in TERMINAL, f"job {job} ended instead of requeueing:\n" + \
+                    open(log).read()[-3000:]
+                time.sleep(0.1)
+            c.wait_state(job, {"PENDING", "RUNNING"} | TERMINAL, timeout=60, poll=0.1)
+            c.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False)
+            info = c.wait_state(job, TERMINAL, timeout=600)
+            text = open(log).read()
+            assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", \
+                f"job {job}: {info['JobState']} {info['ExitCode']}\n{text[-4000:]}"
+            assert info.get("Restarts") == "1", f"job {job}: Restarts={info.get('Restarts')}"
+            agreed = [l for l in text.splitlines() if "coordinated stop agreed" in l]
+            assert agreed, f"no coordinated stop in the job's output:\n{text[-3000:]}"
+            assert "student 0 run 1" in text, "the rank map names each student's run"
+            print(f"group job {job}: scancel --signal=USR1 --batch -> {agreed[0].strip()} -> requeued -> COMPLETED "
+                  f"in {time.time() - t0:.1f} s")
+        for n in names:
+            self.compare_with_reference(os.path.join(out, "slurm", n), f"group run {n} preempted and requeued",
+                                        os.path.join(out, "by-hand", n))
+
     def study(self):
         out = os.path.join(self.work, "slurm-study")
         shutil.rmtree(out, ignore_errors=True)
@@ -341,7 +393,8 @@ def main():
     j = Jobs(a.deepen, a.work)
     {"launch-srun": lambda: j.launch("srun"), "launch-mpirun": lambda: j.launch("mpirun"),
      "node-failure": j.node_failure, "preempt": lambda: j.preempt(False),
-     "preempt-timelimit": lambda: j.preempt(True), "study": j.study, "study-shared": j.study_shared}[a.case]()
+     "preempt-timelimit": lambda: j.preempt(True), "study": j.study, "study-shared": j.study_shared,
+     "preempt-group": j.preempt_group}[a.case]()
 
 
 if __name__ == "__main__":
