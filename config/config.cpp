@@ -359,6 +359,7 @@ void validate_config(const Config& cfg) {
   c.at_least("distill.topk", di.topk, 1);
   c.one_of("distill.tail", di.tail, {"renormalize", "bucket"});
   c.at_least("distill.vocab_chunk", di.vocab_chunk, 1);
+  c.at_least("distill.row_chunk", di.row_chunk, 0);
 
   const auto& o = cfg.optim;
   c.positive("optim.lr", o.lr);
@@ -469,6 +470,7 @@ Config without_execution_settings(const Config& cfg) {
   c.teacher.cpu_kernels = defaults.teacher.cpu_kernels;
   c.student.recompute = defaults.student.recompute;
   c.student.tf32 = defaults.student.tf32;  // rounding of fp32 matmuls on CUDA only
+  c.distill.row_chunk = defaults.distill.row_chunk;  // the loss's memory and summation order only
   c.control = defaults.control;
   return c;
 }

@@ -1,4 +1,4 @@
-// Chunked distillation loss: a statistics pass forward, and a backward that recomputes chunk logits.
+// The distillation loss's entry: inputs checked, the row- or vocabulary-chunked form run; the reference and top-k.
 #include "train/distill_loss.h"
 
 #include <torch/torch.h>
@@ -8,15 +8,12 @@
 #include <string>
 
 #include "config/input_error.h"
+#include "train/distill_loss_parts.h"
 
 namespace deepen {
-namespace {
+namespace distill_detail {
 
 using at::Tensor;
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
-enum class Mode : int64_t { kNone = 0, kFull = 1, kTopk = 2 };
 
 std::string shape_of(const Tensor& t) {
   std::string s = "[";
@@ -24,32 +21,23 @@ std::string shape_of(const Tensor& t) {
   return s + "]";
 }
 
-// The inputs flattened to rows and checked once, shared by the chunked and the reference loss.
-struct Prepared {
-  Tensor h;          // [N, H]
-  Tensor w;          // [V, H]
-  Mode mode = Mode::kNone;
-  Tensor t_logits;   // full: [N, V]
-  Tensor t_hidden;   // full, sent as hidden states: [N, Ht], with t_head [V, Ht] (t = t_hidden·t_headᵀ)
-  Tensor t_head;
-  Tensor t_values;   // top-k: [N, k] in the compute dtype
-  Tensor t_idx;      // top-k: [N, k] int64
-  Tensor labels;     // [N] int64, or undefined
-  Tensor valid;      // [N] bool: counted rows
-  int64_t n = 0, hdim = 0, vocab = 0;
-  at::ScalarType acc = at::kFloat;
-};
-
 Prepared prepare(const Tensor& hidden, const Tensor& weight, const TeacherTargets& teacher, const Tensor& labels,
                  const DistillLossOptions& o) {
   const std::string where = "distill loss: ";
   if (!(o.alpha >= 0 && o.alpha <= 1)) throw InputError(where + "alpha must be in [0, 1], got " + std::to_string(o.alpha));
   if (!(o.temperature > 0)) throw InputError(where + "temperature must be > 0, got " + std::to_string(o.temperature));
   if (o.vocab_chunk < 1) throw InputError(where + "vocab_chunk must be >= 1, got " + std::to_string(o.vocab_chunk));
+  if (o.row_chunk < 0) throw InputError(where + "row_chunk must be >= 0 (0 = auto), got " + std::to_string(o.row_chunk));
   if (!hidden.defined() || hidden.dim() < 1) throw InputError(where + "hidden states are missing");
   if (!weight.defined() || weight.dim() != 2 || weight.size(1) != hidden.size(-1))
     throw InputError(where + "head weight " + (weight.defined() ? shape_of(weight) : "(none)") +
                      " does not match hidden states " + shape_of(hidden) + " (expected [V, H])");
+  // A bf16 (or fp16) student may hand its fp32 master head: the loss multiplies in hidden's dtype.
+  const bool master = weight.scalar_type() == at::kFloat &&
+                      (hidden.scalar_type() == at::kBFloat16 || hidden.scalar_type() == at::kHalf);
+  if (weight.scalar_type() != hidden.scalar_type() && !master)
+    throw InputError(where + "head weight " + std::string(c10::toString(weight.scalar_type())) + " does not go with " +
+                     c10::toString(hidden.scalar_type()) + " hidden states (same dtype, or an fp32 master for bf16)");
   Prepared p;
   p.hdim = hidden.size(-1);
   p.vocab = weight.size(0);
@@ -97,15 +85,15 @@ Prepared prepare(const Tensor& hidden, const Tensor& weight, const TeacherTarget
       throw InputError(where + "top-k indices must be int64 or int32");
     const int64_t k = v.size(-1);
     if (k < 1 || k > p.vocab) throw InputError(where + "top-k k = " + std::to_string(k) + " outside [1, " + std::to_string(p.vocab) + "]");
-    p.t_values = v.reshape({p.n, k}).to(p.acc);
-    p.t_idx = idx.reshape({p.n, k}).to(at::kLong);
+    p.t_values = v.reshape({p.n, k}).to(p.acc).contiguous();
+    p.t_idx = idx.reshape({p.n, k}).to(at::kLong).contiguous();
     if (((p.t_idx < 0) | (p.t_idx >= p.vocab)).any().item<bool>())
       throw InputError(where + "top-k index outside the vocabulary [0, " + std::to_string(p.vocab) + ")");
   }
   if (labels.defined()) {
     if (labels.numel() != p.n || !at::isIntegralType(labels.scalar_type(), false))
       throw InputError(where + "labels " + shape_of(labels) + " must be " + std::to_string(p.n) + " integer ids");
-    p.labels = labels.reshape({p.n}).to(at::kLong);
+    p.labels = labels.reshape({p.n}).to(at::kLong).contiguous();
     p.valid = p.labels != o.ignore_index;
     if ((p.valid & ((p.labels < 0) | (p.labels >= p.vocab))).any().item<bool>())
       throw InputError(where + "label id outside the vocabulary [0, " + std::to_string(p.vocab) + ")");
@@ -114,6 +102,17 @@ Prepared prepare(const Tensor& hidden, const Tensor& weight, const TeacherTarget
   }
   return p;
 }
+
+}  // namespace distill_detail
+
+namespace {
+
+using at::Tensor;
+using distill_detail::Mode;
+using distill_detail::Prepared;
+using distill_detail::prepare;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
 
 // Running log-sum-exp per row, folded one chunk at a time: m = running max (the chunk's dtype),
 // s = Σ exp(x − m) summed in fp64. Per-row results are fp64: the KL is a small difference of
@@ -378,6 +377,7 @@ DistillLossOptions distill_loss_options(const DistillConfig& cfg) {
   o.alpha = cfg.alpha;
   o.temperature = cfg.temperature;
   o.vocab_chunk = cfg.vocab_chunk;
+  o.row_chunk = cfg.row_chunk;
   if (cfg.tail == "renormalize") {
     o.tail = TopkTail::kRenormalize;
   } else if (cfg.tail == "bucket") {
@@ -389,8 +389,16 @@ DistillLossOptions distill_loss_options(const DistillConfig& cfg) {
 }
 
 DistillLoss distill_loss(const Tensor& hidden, const Tensor& head_weight, const TeacherTargets& teacher,
-                         const Tensor& labels, const DistillLossOptions& options) {
-  const Prepared p = prepare(hidden, head_weight, teacher, labels, options);
+                         const Tensor& labels, const DistillLossOptions& options, DistillLossWorkspace* workspace) {
+  Prepared p = prepare(hidden, head_weight, teacher, labels, options);
+  if (options.chunking == LossChunking::kRows) {
+    const bool grad = at::GradMode::is_enabled();
+    return distill_detail::row_chunked_loss(p, options, grad && p.h.requires_grad(), grad && p.w.requires_grad(),
+                                            workspace);
+  }
+  // The vocabulary-chunked form multiplies in hidden's dtype throughout: a master head goes
+  // through autograd's cast, as GrowableStudent::head_weight() makes it.
+  if (p.w.scalar_type() != p.h.scalar_type()) p.w = p.w.to(p.h.scalar_type());
   variable_list out = ChunkedDistillFn::apply(p.h, p.w, &p, options);
   return {out[0], out[1], out[2], out[3]};
 }
@@ -399,7 +407,8 @@ DistillLoss distill_loss_reference(const Tensor& hidden, const Tensor& head_weig
                                    const Tensor& labels, const DistillLossOptions& o) {
   const Prepared p = prepare(hidden, head_weight, teacher, labels, o);
   const double tau = o.temperature;
-  const Tensor z = at::matmul(p.h, p.w.t()).to(p.acc);
+  const Tensor w = p.w.scalar_type() == p.h.scalar_type() ? p.w : p.w.to(p.h.scalar_type());  // a master head's cast
+  const Tensor z = at::matmul(p.h, w.t()).to(p.acc);
   const Tensor scale = p.valid.to(p.acc) / p.valid.sum().clamp_min(1).to(p.acc);
   Tensor kl = at::zeros({}, z.options()), ce = at::zeros({}, z.options());
   if (p.mode != Mode::kNone) {
