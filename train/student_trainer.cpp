@@ -37,6 +37,7 @@ Trainer::Trainer(StudentRun& run)
   batch_counts_ = {group_.size(), cfg_.parallel.grad_accum, run.batches->eval_batches()};
   loss_options_ = distill_loss_options(cfg_.distill);
   loss_options_.ignore_index = kIgnoreLabel;  // right padding of unpacked documents counts for nothing
+  loss_options_.kernels = student_spec_from_config(cfg_.student, run.vocab_size).decoder.cpu_kernels;
   if (!run.teacher) loss_options_.alpha = 0.0;  // pretraining: CE on the labels only
   eval_options_ = loss_options_;
   eval_options_.temperature = 1.0;  // validation KL is reported at τ = 1
@@ -311,7 +312,7 @@ Trainer::StepLosses Trainer::train_step(int64_t step, const std::vector<BatchKey
     timer_.time(StudentPart::kCompute, [&] {
       const at::Tensor hidden = student_->forward_hidden(mb.inputs.to(device_));
       const DistillLoss l =
-          distill_loss(hidden, student_->head_weight(), targets, mb.labels.to(device_), loss_options_);
+          distill_loss(hidden, student_->head_parameter(), targets, mb.labels.to(device_), loss_options_, &loss_workspace_);
       const int64_t tokens = l.tokens.item<int64_t>();
       (l.loss / micro_batch_loss_divisor(tokens, group_.size(), out.tokens)).backward();
       const double n = static_cast<double>(tokens);
