@@ -7,7 +7,7 @@ namespace deepen {
 
 int64_t loss_bytes_per_element(const LossChunkShape& s) {
   const int64_t buffers = s.compute_bytes + (s.teacher_buffer ? s.compute_bytes : 0) + (s.low_precision ? 2 : 0);
-  return s.fused ? buffers : buffers + 10 * s.compute_bytes;
+  return s.fused ? buffers : buffers + (s.full_teacher ? 7 : 5) * s.compute_bytes;
 }
 
 int64_t loss_row_chunk(int64_t rows, int64_t vocab, int64_t bytes_per_element, int64_t configured, int64_t budget) {

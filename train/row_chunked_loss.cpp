@@ -224,6 +224,7 @@ RowsOut compute(const Prepared& p, const DistillLossOptions& o, bool need_h, boo
   const bool teacher_low = p.t_head.defined() && p.t_head.scalar_type() != acc;
   LossChunkShape shape;
   shape.fused = fused;
+  shape.full_teacher = p.mode == Mode::kFull;
   shape.teacher_buffer = teacher_buffer;
   shape.low_precision = low || teacher_low;
   shape.compute_bytes = acc == at::kDouble ? 8 : 4;

@@ -13,7 +13,7 @@ TEST(LossChunking, AutoFitsTheBudgetAndEvensTheChunks) {
   EXPECT_EQ(loss_row_chunk(1024, kQwen3Vocab, 4, 0), 512);
   EXPECT_EQ(loss_row_chunk(16384, kQwen3Vocab, 4, 0), 863);
   for (int64_t rows : {1, 7, 883, 884, 1024, 16384, 100000}) {
-    for (int64_t bytes : {4, 8, 10, 44}) {
+    for (int64_t bytes : {4, 8, 10, 24, 36}) {
       const int64_t r = loss_row_chunk(rows, kQwen3Vocab, bytes, 0);
       EXPECT_GE(r, 1);
       EXPECT_LE(r, rows);
@@ -34,9 +34,11 @@ TEST(LossChunking, AConfiguredChunkIsTakenAsIs) {
 
 TEST(LossChunking, BytesPerElementFollowTheBuffersTheChunkNeeds) {
   EXPECT_EQ(loss_bytes_per_element({}), 4);                                      // fp32 logits in place
-  EXPECT_EQ(loss_bytes_per_element({.teacher_buffer = true}), 8);               // hidden or bf16 targets
-  EXPECT_EQ(loss_bytes_per_element({.teacher_buffer = true, .low_precision = true}), 10);  // bf16 student
-  EXPECT_EQ(loss_bytes_per_element({.fused = false}), 44);                      // ATen ops' temporaries
+  EXPECT_EQ(loss_bytes_per_element({.full_teacher = true, .teacher_buffer = true}), 8);  // hidden or bf16 targets
+  EXPECT_EQ(loss_bytes_per_element({.full_teacher = true, .teacher_buffer = true, .low_precision = true}), 10);
+  EXPECT_EQ(loss_bytes_per_element({.fused = false}), 24);                      // ATen ops, CE or top-k
+  EXPECT_EQ(loss_bytes_per_element({.fused = false, .full_teacher = true}), 32);  // ATen ops, full targets
+  EXPECT_EQ(loss_bytes_per_element({.fused = false, .full_teacher = true, .teacher_buffer = true}), 36);
 }
 
 }  // namespace
