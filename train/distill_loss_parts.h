@@ -1,5 +1,5 @@
-// Inside the distillation loss: its inputs flattened to rows and checked once, and the two chunked
-// forms distill_loss() dispatches to. For train/distill_loss*.cpp and row_chunked_loss.cpp only.
+// Inside the distillation loss: its inputs flattened to rows and checked once, and the row-chunked
+// loss distill_loss() runs. For train/distill_loss.cpp and train/row_chunked_loss.cpp only.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@ namespace deepen::distill_detail {
 
 enum class Mode : int64_t { kNone = 0, kFull = 1, kTopk = 2 };
 
-// The inputs flattened to rows and checked once, shared by both chunkings and the reference loss.
+// The inputs flattened to rows and checked once, shared by the loss and the reference loss.
 struct Prepared {
   at::Tensor h;          // [N, H]
   at::Tensor w;          // [V, H], as given (a bf16 student's fp32 master stays fp32 here)

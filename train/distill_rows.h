@@ -7,8 +7,8 @@
 namespace deepen::distill_rows {
 
 // The formulas are train/distill_loss.h's, per row, with every log-sum-exp exact over the row (no
-// online rescaling: the whole vocabulary is in hand). Arithmetic, as the vocabulary-chunked ATen
-// path did it: logits, shifts, exps and dz in fp32; every sum over the vocabulary (Σ e^x, the
+// online rescaling: the whole vocabulary is in hand). Arithmetic, as the former vocabulary-chunked
+// loss did it and the ATen path (row_chunked_loss.cpp) does: logits, shifts, exps and dz in fp32; every sum over the vocabulary (Σ e^x, the
 // teacher's weighted sum) and everything per row (log-sum-exps, KL, CE) in fp64. exp is
 // vexp_softmax (model/vector_exp.h, within 2 ulp: DistillRows.ExpIsWithinTwoUlps).
 

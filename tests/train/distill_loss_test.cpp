@@ -1,4 +1,4 @@
-// Chunked distillation loss, both forms: values and gradients equal the unchunked autograd version.
+// Row-chunked distillation loss (fused kernel and ATen ops): values and gradients equal the unchunked autograd version.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -37,13 +37,13 @@ TEST(DistillLoss, FullLogitsMatchUnchunkedAutogradInFp32) {
 }
 
 // The hidden-state channel: the student gets the teacher's final hidden states g and its head U and
-// makes t = g·Uᵀ one vocabulary chunk at a time; the full-logit channel sends t = g·Uᵀ made in one
+// makes t = g·Uᵀ one chunk of rows at a time; the full-logit channel sends t = g·Uᵀ made in one
 // [N, Ht]·[Ht, V] matmul. The two differ only in how each t_j's Ht products are summed (BLAS
 // blocks a chunk's matmul differently from the whole one), so both are within the derived fp32
 // bound of the exact (fp64) loss and gradients, which derived_bounds extends by that teacher-logit
 // rounding (2·γ_Ht·max_j Σ_k |g_k||u_jk| / τ per log-probability); hence they are within the sum of
 // the two bounds of each other. Checked for loss, KL, CE and the gradients w.r.t. the student's
-// hidden states and head, over α, τ and chunk sizes that do and do not divide V.
+// hidden states and head, over α, τ and chunk sizes that do and do not divide N.
 TEST(DistillLoss, HiddenStateTargetsGiveTheFullLogitLossAndGradientsInFp32) {
   const int64_t n = 37, h = 16, v = 1001, teacher_h = 24;
   const Problem p = make_problem(n, h, v);
@@ -334,9 +334,9 @@ TEST(DistillLoss, BadInputsAreNamed) {
             std::string::npos);
   DistillConfig cfg;
   cfg.tail = "bucket";
-  cfg.vocab_chunk = 123;
+  cfg.row_chunk = 123;
   EXPECT_EQ(distill_loss_options(cfg).tail, TopkTail::kBucket);
-  EXPECT_EQ(distill_loss_options(cfg).vocab_chunk, 123);
+  EXPECT_EQ(distill_loss_options(cfg).row_chunk, 123);
 }
 
 }  // namespace
