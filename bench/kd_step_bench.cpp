@@ -126,12 +126,14 @@ int run(const Options& o) {
 
   struct Parts {
     double teacher = 0, forward_loss = 0, backward = 0, optimizer = 0;
+    double cpu[4] = {0, 0, 0, 0};  // the same parts' process CPU time: below 2x wall, a part runs on fewer threads
   };
   struct First {
     double loss = 0, kl = 0, ce = 0;
   };
   auto step = [&](Parts* parts) {
     const auto t0 = Clock::now();
+    const double c0 = cpu_ms();
     deepen::TeacherTargets targets;
     {
       at::Tensor out = teacher->forward(ids);
@@ -139,11 +141,14 @@ int run(const Options& o) {
       targets = hidden_targets ? deepen::TeacherTargets::from_hidden(out, teacher_head) : deepen::TeacherTargets::full(out);
     }
     const auto t1 = Clock::now();
+    const double c1 = cpu_ms();
     const at::Tensor hidden = student.forward_hidden(ids);
     const deepen::DistillLoss l = deepen::distill_loss(hidden, student.head_parameter(), targets, labels, lo, &workspace);
     const auto t2 = Clock::now();
+    const double c2 = cpu_ms();
     l.loss.backward();
     const auto t3 = Clock::now();
+    const double c3 = cpu_ms();
     // Trainer::clip_gradients and AdamW, as one student's step without data parallelism.
     std::vector<at::Tensor> grads;
     for (const auto& [name, p] : student.named_trainable_parameters())
@@ -158,6 +163,9 @@ int run(const Options& o) {
       parts->forward_loss = std::chrono::duration<double, std::milli>(t2 - t1).count();
       parts->backward = std::chrono::duration<double, std::milli>(t3 - t2).count();
       parts->optimizer = ms_since(t3);
+      const double c4 = cpu_ms();
+      const double c[5] = {c0, c1, c2, c3, c4};
+      for (int k = 0; k < 4; ++k) parts->cpu[k] = c[k + 1] - c[k];
     }
     return First{l.loss.item<double>(), l.kl.item<double>(), l.ce.item<double>()};
   };
@@ -233,6 +241,9 @@ int run(const Options& o) {
               part_median([](const Parts& p) { return p.teacher; }), part_median([](const Parts& p) { return p.forward_loss; }),
               part_median([](const Parts& p) { return p.backward; }), part_median([](const Parts& p) { return p.optimizer; }),
               static_cast<double>(workspace.bytes()) / (1 << 20));
+  std::printf("deepen  median parts CPU ms: teacher %.0f, forward+loss %.0f, backward %.0f, clip+AdamW %.0f\n",
+              part_median([](const Parts& p) { return p.cpu[0]; }), part_median([](const Parts& p) { return p.cpu[1]; }),
+              part_median([](const Parts& p) { return p.cpu[2]; }), part_median([](const Parts& p) { return p.cpu[3]; }));
   if (!p_parts.empty()) {
     auto py_part = [&](const char* key) {
       std::vector<double> v;
@@ -241,6 +252,13 @@ int run(const Options& o) {
     };
     std::printf("pytorch median parts ms: teacher %.0f, forward+loss %.0f, backward %.0f, clip+AdamW %.0f\n",
                 py_part("teacher"), py_part("forward_loss"), py_part("backward"), py_part("optimizer"));
+    auto py_cpu = [&](size_t k) {
+      std::vector<double> v;
+      for (const auto& j : p_parts) v.push_back(j.at("cpu").at(k).get<double>());
+      return median(v);
+    };
+    std::printf("pytorch median parts CPU ms: teacher %.0f, forward+loss %.0f, backward %.0f, clip+AdamW %.0f\n", py_cpu(0),
+                py_cpu(1), py_cpu(2), py_cpu(3));
   }
   const double d_tps = static_cast<double>(tokens) / (median(d_ms) / 1e3);
   std::printf("deepen (C++ LibTorch):  %7.0f tokens/s  (median step %7.0f ms, CPU %7.0f ms; first step loss %.6f kl %.6f ce %.6f)\n",

@@ -63,26 +63,27 @@ def main():
     alpha, tau = a.alpha, a.tau
 
     def step(parts=None):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         with torch.no_grad():
             t_logits = teacher(input_ids=ids, use_cache=False).logits.reshape(-1, vocab)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         s_logits = student(input_ids=ids, use_cache=False).logits.reshape(-1, vocab)
         log_s = F.log_softmax(s_logits / tau, dim=-1)
         log_t = F.log_softmax(t_logits / tau, dim=-1)
         kl = F.kl_div(log_s, log_t, log_target=True, reduction="batchmean")
         ce = F.cross_entropy(s_logits, labels)
         loss = alpha * tau * tau * kl + (1 - alpha) * ce
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         loss.backward()
-        t3 = time.perf_counter()
+        t3, c3 = time.perf_counter(), time.process_time()
         torch.nn.utils.clip_grad_norm_(params, a.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        t4 = time.perf_counter()
+        t4, c4 = time.perf_counter(), time.process_time()
         if parts is not None:
             parts.update({"teacher": (t1 - t0) * 1e3, "forward_loss": (t2 - t1) * 1e3,
-                          "backward": (t3 - t2) * 1e3, "optimizer": (t4 - t3) * 1e3})
+                          "backward": (t3 - t2) * 1e3, "optimizer": (t4 - t3) * 1e3,
+                          "cpu": [(c1 - c0) * 1e3, (c2 - c1) * 1e3, (c3 - c2) * 1e3, (c4 - c3) * 1e3]})
         return {"loss": loss.item(), "kl": kl.item(), "ce": ce.item()}
 
     first = step()
