@@ -103,7 +103,7 @@ int run(const Options& o) {
   deepen::StudentSpec spec;
   spec.decoder = deepen::DecoderSpec{.hidden = 256, .heads = 4, .kv_heads = 2, .head_dim = 64, .intermediate = 768,
                                      .rope_theta = 1e6, .rms_eps = 1e-6};
-  spec.decoder.cpu_kernels = deepen::parse_cpu_kernels(o.kernels, "--kernels");
+  spec.decoder.cpu_kernels = deepen::parse_option<deepen::CpuKernels>(o.kernels, "--kernels");
   spec.vocab_size = o.vocab;
   spec.max_depth = o.student_layers;
   spec.norm = deepen::NormPlacement::kPre;

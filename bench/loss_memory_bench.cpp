@@ -88,7 +88,7 @@ int run_child(const Options& o) {
   lo.alpha = o.teacher == "none" ? 0.0 : o.alpha;
   lo.temperature = o.tau;
   lo.row_chunk = o.row_chunk;
-  lo.kernels = deepen::parse_cpu_kernels(o.kernels, "--kernels");
+  lo.kernels = deepen::parse_option<deepen::CpuKernels>(o.kernels, "--kernels");
   lo.tail = deepen::TopkTail::kBucket;
 
   nlohmann::json runs = nlohmann::json::array();

@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
     in.recompute = cfg.student.recompute;
     in.row_chunk = cfg.distill.row_chunk;
     in.gpu = false;
-    in.loss_fused = deepen::parse_cpu_kernels(cfg.student.cpu_kernels, "student.cpu_kernels") != deepen::CpuKernels::kAten;
+    in.loss_fused = cfg.student.cpu_kernels != deepen::CpuKernels::kAten;
     in.closed_form_norms = true;  // CPU, cpu_kernels = "aten" (base_toml)
     const double predicted = deepen::student_memory(in).total();
     const double measured = static_cast<double>(peak - baseline);

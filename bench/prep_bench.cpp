@@ -43,7 +43,7 @@ double cpu_seconds() {
 int main(int argc, char** argv) {
   int threads = 2, repeat = 3;
   std::string source = "/usr/share/doc/python3.11/html/_sources";
-  std::string tokenizer = std::string(deepen::test::kSourceDir) + "/../shared/qwen3/tokenizer.json";
+  std::string tokenizer = deepen::test::kQwen3Tokenizer;
   bool baseline = true;
   CLI::App app{"deepen tokenizer throughput vs Hugging Face tokenizers"};
   app.add_option("--threads", threads, "threads on both sides");

@@ -36,7 +36,7 @@ import time
 import uuid
 
 DOC_SOURCE = "/usr/share/doc/python3.11/html/_sources"
-DEFAULT_TOKENIZER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "qwen3",
+DEFAULT_TOKENIZER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "qwen3",
                                  "tokenizer.json")
 
 

@@ -49,7 +49,7 @@ int run_child(const Options& o) {
   spec.decoder = deepen::DecoderSpec{.hidden = o.hidden, .heads = o.heads, .kv_heads = o.kv_heads,
                                      .head_dim = o.head_dim, .intermediate = o.intermediate};
   spec.decoder.cpu_kernels = deepen::CpuKernels::kAten;  // the same kernels in every variant
-  spec.decoder.recompute = deepen::parse_recompute(o.variant, "--variant");
+  spec.decoder.recompute = deepen::parse_option<deepen::Recompute>(o.variant, "--variant");
   spec.vocab_size = o.vocab;
   spec.max_depth = o.layers;
   spec.tie_embeddings = false;

@@ -70,7 +70,7 @@ std::vector<std::pair<std::string, at::Tensor>> make_params(const Shape& s) {
   return out;
 }
 
-int worker(const deepen::MpiSession& mpi, const Shape& shape, const std::string& sharding, int steps) {
+int worker(const deepen::MpiSession& mpi, const Shape& shape, deepen::Sharding sharding, int steps) {
   using namespace deepen;
   at::set_num_threads(1);
   auto world = make_mpi_communicator(mpi);
@@ -93,7 +93,7 @@ int worker(const deepen::MpiSession& mpi, const Shape& shape, const std::string&
   std::optional<ShardedAdamW> sharded;
   double seconds = 0;
   int64_t state_bytes = 0;
-  if (sharding == "grad_op") {
+  if (sharding == deepen::Sharding::kGradOp) {
     sharded.emplace(options, group, int64_t{32} << 20);
     sharded->set_parameters(params);
   } else {
@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (is_worker) {
     deepen::MpiSession mpi(&argc, &argv);
-    return worker(mpi, shape, sharding, steps);
+    return worker(mpi, shape, deepen::parse_option<deepen::Sharding>(sharding, "--sharding"), steps);
   }
   const std::vector<std::string> shape_args = {
       "--hidden " + std::to_string(shape.hidden), "--layers " + std::to_string(shape.layers),

@@ -69,13 +69,13 @@ deepen::StudentSpec spec_of(const Shape& s) {
   return spec;
 }
 
-deepen::StudentMemory predicted(const Shape& s, const std::string& sharding, int students) {
+deepen::StudentMemory predicted(const Shape& s, deepen::Sharding sharding, int students) {
   const deepen::StudentSpec spec = spec_of(s);
   deepen::StudentMemoryInput in;
   in.student = {"bench", s.layers, s.hidden, spec.decoder.heads, spec.decoder.kv_heads, 64, s.intermediate, s.vocab, false};
   in.tokens = s.micro_batch * s.seq;
-  in.precision = "fp32";
-  in.recompute = "layer";
+  in.precision = deepen::StudentPrecision::kFp32;
+  in.recompute = deepen::Recompute::kLayer;
   in.sharding = sharding;
   in.students = students;
   in.bucket_bytes = static_cast<double>(kBucketBytes);
@@ -83,7 +83,7 @@ deepen::StudentMemory predicted(const Shape& s, const std::string& sharding, int
   return deepen::student_memory(in);
 }
 
-int worker(const deepen::MpiSession& mpi, const Shape& shape, const std::string& sharding, int steps) {
+int worker(const deepen::MpiSession& mpi, const Shape& shape, deepen::Sharding sharding, int steps) {
   using namespace deepen;
   at::set_num_threads(1);
   auto world = make_mpi_communicator(mpi);
@@ -100,7 +100,7 @@ int worker(const deepen::MpiSession& mpi, const Shape& shape, const std::string&
   std::optional<GradientBuckets> all_reduce;
   std::optional<ShardedAdamW> sharded;
   const auto params = student.named_trainable_parameters();
-  if (sharding == "none") {
+  if (sharding == Sharding::kNone) {
     replicated.emplace(options);
     std::vector<at::Tensor> tensors;
     std::vector<int64_t> numels;
@@ -112,7 +112,7 @@ int worker(const deepen::MpiSession& mpi, const Shape& shape, const std::string&
     all_reduce.emplace(group, GradientBuckets::Mode::kAverage);
     all_reduce->set_parameters(tensors, make_shard_layout(numels, 1, bucket_elements(kBucketBytes, 4)));
   } else {
-    const bool full = sharding == "full";
+    const bool full = sharding == Sharding::kFull;
     sharded.emplace(options, group, kBucketBytes, full ? ShardedAdamW::Mode::kFull : ShardedAdamW::Mode::kGradOp);
     std::vector<int64_t> units;
     for (const auto& [name, p] : params) units.push_back(block_of_parameter(name));
@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (is_worker) {
     deepen::MpiSession mpi(&argc, &argv);
-    return worker(mpi, shape, sharding, steps);
+    return worker(mpi, shape, deepen::parse_option<deepen::Sharding>(sharding, "--sharding"), steps);
   }
   auto args_of = [&](const Shape& sh) {
     std::string args;
@@ -248,7 +248,7 @@ int main(int argc, char** argv) {
   std::printf("%-38s", "deepen plan's peak (student_memory)");
   double p[3];
   for (int i = 0; i < 3; ++i) {
-    p[i] = predicted(shape, modes[static_cast<size_t>(i)], students).total() / mib;
+    p[i] = predicted(shape, deepen::parse_option<deepen::Sharding>(modes[static_cast<size_t>(i)], "mode"), students).total() / mib;
     std::printf(" %8.1f MiB", p[i]);
   }
   std::printf("\n%-38s", "baseline (1-layer hidden-64 model)");

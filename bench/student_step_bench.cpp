@@ -102,10 +102,10 @@ int main(int argc, char** argv) {
   deepen::StudentSpec spec;
   spec.decoder = deepen::DecoderSpec{.hidden = 256, .heads = 4, .kv_heads = 2, .head_dim = 64,
                                      .intermediate = 768, .rope_theta = 1e6, .rms_eps = 1e-6};
-  spec.decoder.cpu_kernels = deepen::parse_cpu_kernels(o.kernels, "--kernels");
+  spec.decoder.cpu_kernels = deepen::parse_option<deepen::CpuKernels>(o.kernels, "--kernels");
   spec.vocab_size = o.vocab;
   spec.max_depth = 9;
-  spec.norm = deepen::parse_norm_placement(o.norm, "--norm");
+  spec.norm = deepen::parse_option<deepen::NormPlacement>(o.norm, "--norm");
   spec.tie_embeddings = true;
   deepen::GrowableStudent student(spec, 9, 1);
   const at::Tensor ids = bench_ids(o.batch, o.seq, o.vocab);

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -39,11 +40,22 @@ std::string retired_key_advice(const std::string& key) {
   return "";
 }
 
+std::string format_double(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
+  std::string s(buf, end);
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  return s;
+}
+
 // Reads one section's keys into its struct; every error names file, section.key and the reason.
 class SectionReader {
  public:
-  SectionReader(const toml::table* table, std::string source, std::string section)
-      : table_(table), source_(std::move(source)), section_(std::move(section)) {}
+  SectionReader(const toml::table* table, std::string source, std::string section,
+                const std::set<std::string>& overridden)
+      : table_(table), source_(std::move(source)), section_(std::move(section)), overridden_(overridden) {}
 
   template <class T> void operator()(const char* key, T& field) {
     known_.insert(key);
@@ -64,7 +76,12 @@ class SectionReader {
   }
 
  private:
-  std::string where(const std::string& key) const { return source_ + ": " + section_ + "." + key; }
+  // A value from the command line is named as such: the file never held it.
+  std::string where(const std::string& key) const {
+    const std::string name = section_ + "." + key;
+    const std::string whole = section_ + "." + key.substr(0, key.find('['));  // a list's item: its key
+    return overridden_.count(whole) ? "--set " + name : source_ + ": " + name;
+  }
   std::string suggestion() const {
     std::string s = " (known keys:";
     for (const auto& k : known_) s += " " + k;
@@ -78,10 +95,22 @@ class SectionReader {
     if (auto v = n.as_integer()) { out = v->get(); return; }
     wrong(key, "an integer", n);
   }
+  // Every float key ends up in fp32 arithmetic somewhere (an LR, a norm's eps, a clip threshold), and
+  // TOML spells inf and nan: a value that is not a finite fp32 number fails here, naming its key,
+  // instead of training to NaN or failing later in a tensor conversion that names nothing.
   void read(const toml::node& n, const std::string& key, double& out) const {
-    if (auto v = n.as_floating_point()) { out = v->get(); return; }
-    if (auto v = n.as_integer()) { out = static_cast<double>(v->get()); return; }
-    wrong(key, "a number", n);
+    double x = 0;
+    if (auto v = n.as_floating_point()) {
+      x = v->get();
+    } else if (auto i = n.as_integer()) {
+      x = static_cast<double>(i->get());
+    } else {
+      wrong(key, "a number", n);
+    }
+    if (!std::isfinite(x) || std::fabs(x) > std::numeric_limits<float>::max())
+      throw InputError(where(key) + ": must be a finite number within fp32's range (|x| <= " +
+                       format_double(std::numeric_limits<float>::max()) + "), got " + format_double(x));
+    out = x;
   }
   void read(const toml::node& n, const std::string& key, bool& out) const {
     if (auto v = n.as_boolean()) { out = v->get(); return; }
@@ -91,10 +120,10 @@ class SectionReader {
     if (auto v = n.as_string()) { out = v->get(); return; }
     wrong(key, "a string", n);
   }
-  void read(const toml::node& n, const std::string& key, FloatDtype& out) const {
+  template <Option E> void read(const toml::node& n, const std::string& key, E& out) const {
     std::string text;
     read(n, key, text);
-    out = parse_float_dtype(text, where(key));
+    out = parse_option<E>(text, where(key));
   }
   template <class T> void read(const toml::node& n, const std::string& key, std::vector<T>& out) const {
     const toml::array* arr = n.as_array();
@@ -111,12 +140,14 @@ class SectionReader {
   const toml::table* table_;
   std::string source_;
   std::string section_;
+  const std::set<std::string>& overridden_;
   std::set<std::string> known_;
 };
 
 // Applies one "section.key=value" override to the parsed table. The value is TOML ("3e-4",
 // "[1, 2]", "true", "\"x\""); anything that does not parse as TOML is taken as a bare string.
-void apply_override(toml::table& root, const std::string& item) {
+// Returns the "section.key" it set.
+std::string apply_override(toml::table& root, const std::string& item) {
   const auto eq = item.find('=');
   const auto dot = item.find('.');
   if (eq == std::string::npos || dot == std::string::npos || dot > eq)
@@ -138,6 +169,7 @@ void apply_override(toml::table& root, const std::string& item) {
   } catch (const toml::parse_error&) {
     tbl.insert_or_assign(key, value);
   }
+  return section + "." + key;
 }
 
 // parallel.global_batch fixes the sequences per optimizer step; grad_accum follows from the layout.
@@ -167,7 +199,7 @@ void resolve(Config& cfg) {
   auto& cur = cfg.curriculum;
   if (cur.stages.empty() && cur.block_layers >= 1) {
     const int64_t blocks = cfg.student.layers / cur.block_layers;  // validate_config checks the remainder
-    if (cur.mode == "joint") {
+    if (cur.mode == CurriculumMode::kJoint) {
       cur.stages = {blocks};
     } else {
       for (int64_t b = 1; b <= blocks; ++b) cur.stages.push_back(b);
@@ -175,15 +207,6 @@ void resolve(Config& cfg) {
   }
 }
 
-std::string format_double(double x) {
-  if (std::isnan(x)) return "nan";
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
-  std::string s(buf, end);
-  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
-  return s;
-}
 
 // Prints one section in declaration order.
 class SectionWriter {
@@ -193,7 +216,7 @@ class SectionWriter {
   void operator()(const char* key, const double& v) { out_ << key << " = " << format_double(v) << "\n"; }
   void operator()(const char* key, const bool& v) { out_ << key << " = " << (v ? "true" : "false") << "\n"; }
   void operator()(const char* key, const std::string& v) { out_ << key << " = " << toml_quote(v) << "\n"; }
-  void operator()(const char* key, const FloatDtype& v) { (*this)(key, std::string(float_dtype_name(v))); }
+  template <Option E> void operator()(const char* key, const E& v) { (*this)(key, std::string(option_name(v))); }
   template <class T> void operator()(const char* key, const std::vector<T>& v) {
     out_ << key << " = [";
     for (size_t i = 0; i < v.size(); ++i) {
@@ -214,7 +237,7 @@ class SectionWriter {
 struct Checker {
   const Config& cfg;
   [[noreturn]] void fail(const std::string& key, const std::string& why) const {
-    throw InputError(cfg.source + ": " + key + ": " + why);
+    throw InputError((cfg.overridden.count(key) ? "--set " : cfg.source + ": ") + key + ": " + why);
   }
   void positive(const std::string& key, double v) const {
     if (!(v > 0)) fail(key, "must be > 0, got " + format_double(v));
@@ -222,25 +245,20 @@ struct Checker {
   void at_least(const std::string& key, int64_t v, int64_t lo) const {
     if (v < lo) fail(key, "must be >= " + std::to_string(lo) + ", got " + std::to_string(v));
   }
-  void one_of(const std::string& key, const std::string& v, std::initializer_list<const char*> allowed) const {
-    std::string list;
-    for (const char* a : allowed) {
-      if (v == a) return;
-      list += std::string(list.empty() ? "" : " | ") + "\"" + a + "\"";
-    }
-    fail(key, "must be " + list + ", got \"" + v + "\"");
+  void in_unit_interval(const std::string& key, double v) const {
+    if (!(v >= 0 && v <= 1)) fail(key, "must be in [0, 1], got " + format_double(v));
+  }
+  void port(const std::string& key, int64_t v) const {
+    if (v < 0 || v > 65535) fail(key, "must be in [0, 65535], got " + std::to_string(v));
   }
 };
 
-}  // namespace
+void validate_run(const Checker& c, const RunConfig& r) {
+  c.at_least("run.threads", r.threads, 0);
+  if (r.out_dir.empty()) c.fail("run.out_dir", "must not be empty");
+}
 
-void validate_config(const Config& cfg) {
-  Checker c{cfg};
-  c.at_least("run.threads", cfg.run.threads, 0);
-  c.one_of("run.device", cfg.run.device, {"auto", "cpu", "cuda"});
-  if (cfg.run.out_dir.empty()) c.fail("run.out_dir", "must not be empty");
-
-  const auto& d = cfg.data;
+void validate_data(const Checker& c, const DataConfig& d, const CurriculumConfig& cur) {
   if (d.tokenizer != "bytes" && d.tokenizer.rfind("qwen3:", 0) != 0)
     c.fail("data.tokenizer", "must be \"bytes\" or \"qwen3:<path to tokenizer.json>\", got \"" + d.tokenizer + "\"");
   c.at_least("data.seq_len", d.seq_len, 2);
@@ -249,25 +267,25 @@ void validate_config(const Config& cfg) {
   c.at_least("data.shard_tokens", d.shard_tokens, 1024);
   if (d.jsonl_field.empty()) c.fail("data.jsonl_field", "must not be empty");
   if (d.parquet_text_column.empty()) c.fail("data.parquet_text_column", "must not be empty");
-  c.one_of("data.packing", d.packing, {"windows", "documents"});
   c.at_least("data.max_len", d.max_len, 1);
   c.at_least("data.replay_shard_tokens", d.replay_shard_tokens, 0);
   c.at_least("data.valid_documents", d.valid_documents, 0);
-  if (d.packing != "documents") {
+  if (d.packing != Packing::kDocuments) {
     if (d.replay_shard_tokens > 0) c.fail("data.replay_shard_tokens", "needs data.packing = \"documents\"");
     if (d.valid_documents > 0) c.fail("data.valid_documents", "needs data.packing = \"documents\"");
-  } else {
-    // A token budget becomes steps through a fixed tokens-per-step, which unpacked documents do not
-    // have (each step holds its documents' real tokens); steps are the paper's unit anyway.
-    if (!cfg.curriculum.stage_tokens.empty())
-      c.fail("curriculum.stage_tokens", "token budgets need data.packing = \"windows\" (documents give each step "
-                                        "a different number of tokens); give curriculum.stage_steps");
-    if (!cfg.curriculum.budget.empty())
-      c.fail("curriculum.budget", "matched token budgets need data.packing = \"windows\" (documents give each "
-                                  "step a different number of tokens); give curriculum.stage_steps");
+    return;
   }
+  // A token budget becomes steps through a fixed tokens-per-step, which unpacked documents do not
+  // have (each step holds its documents' real tokens); steps are the paper's unit anyway.
+  if (!cur.stage_tokens.empty())
+    c.fail("curriculum.stage_tokens", "token budgets need data.packing = \"windows\" (documents give each step "
+                                      "a different number of tokens); give curriculum.stage_steps");
+  if (!cur.budget.empty())
+    c.fail("curriculum.budget", "matched token budgets need data.packing = \"windows\" (documents give each "
+                                "step a different number of tokens); give curriculum.stage_steps");
+}
 
-  const auto& s = cfg.student;
+void validate_student(const Checker& c, const StudentConfig& s) {
   c.at_least("student.layers", s.layers, 1);
   c.at_least("student.hidden", s.hidden, 1);
   c.at_least("student.heads", s.heads, 1);
@@ -279,48 +297,36 @@ void validate_config(const Config& cfg) {
     c.fail("student.heads", "must be a multiple of student.kv_heads = " + std::to_string(s.kv_heads) +
                                 ", got " + std::to_string(s.heads));
   if (s.head_dim % 2 != 0) c.fail("student.head_dim", "must be even (RoPE rotates pairs), got " + std::to_string(s.head_dim));
-  c.one_of("student.norm", s.norm, {"pre", "post"});
-  c.one_of("student.init", s.init, {"random", "teacher"});
-  if (s.init == "teacher" && s.tie_embeddings)
+  if (s.init == StudentInit::kTeacher && s.tie_embeddings)
     c.fail("student.tie_embeddings", "must be false with student.init = \"teacher\" (the embedding is frozen, "
                                      "the LM head trains: they cannot be one matrix)");
-  c.one_of("student.cpu_kernels", s.cpu_kernels, {"auto", "fused", "aten"});
-  c.one_of("student.recompute", s.recompute, {"none", "layer", "mlp"});
-  c.one_of("student.precision", s.precision, {"fp32", "bf16-mixed", "bf16-pure"});
-  c.one_of("teacher.cpu_kernels", cfg.teacher.cpu_kernels, {"auto", "fused", "aten"});
   c.positive("student.rope_theta", s.rope_theta);
   c.positive("student.rms_eps", s.rms_eps);
+}
 
-  const auto& cur = cfg.curriculum;
-  c.one_of("curriculum.mode", cur.mode, {"joint", "grow"});
-  c.at_least("curriculum.block_layers", cur.block_layers, 1);
-  if (s.layers % cur.block_layers != 0)
-    c.fail("curriculum.block_layers", "must divide student.layers = " + std::to_string(s.layers) + ", got " +
-                                          std::to_string(cur.block_layers));
+// The stages' depths and the budget; `full` names the full depth in blocks for the messages.
+void validate_stages(const Checker& c, const CurriculumConfig& cur, int64_t full_blocks, const std::string& full) {
+  const bool grow = cur.mode == CurriculumMode::kGrow;
   if (cur.stages.empty()) c.fail("curriculum.stages", "needs at least one stage");
   for (size_t i = 0; i < cur.stages.size(); ++i) {
     if (cur.stages[i] < 1) c.fail("curriculum.stages", "depths must be >= 1, got " + std::to_string(cur.stages[i]));
-    if (cur.mode == "grow" && i && cur.stages[i] <= cur.stages[i - 1])
+    if (grow && i && cur.stages[i] <= cur.stages[i - 1])
       c.fail("curriculum.stages", "must be strictly increasing, got " + std::to_string(cur.stages[i - 1]) +
                                       " then " + std::to_string(cur.stages[i]));
   }
-  // With one-layer blocks (the default) a stage's blocks are its layers.
-  const int64_t full_blocks = s.layers / cur.block_layers;
-  const std::string full = cur.block_layers == 1
-                               ? "student.layers = " + std::to_string(s.layers)
-                               : "student.layers / curriculum.block_layers = " + std::to_string(s.layers) + " / " +
-                                     std::to_string(cur.block_layers) + " = " + std::to_string(full_blocks) + " blocks";
   if (cur.stages.back() != full_blocks)
     c.fail("curriculum.stages", "must end at " + full + ", got " + std::to_string(cur.stages.back()));
-  if (cur.mode == "joint")
+  if (!grow)
     for (int64_t st : cur.stages)
       if (st != full_blocks)
         c.fail("curriculum.stages", "a joint run trains at full depth in every phase (" + full + "), got " +
                                         std::to_string(st));
+}
+
+void validate_budgets(const Checker& c, const CurriculumConfig& cur) {
   const int budgets = !cur.stage_tokens.empty() + !cur.stage_steps.empty() + !cur.budget.empty();
-  // None is fine for jobs that do not train (prep, plan); the trainer's schedule requires one.
-  if (budgets > 1)
-    c.fail("curriculum", "give only one of stage_tokens, stage_steps or budget");
+  // None is fine for jobs that do not train (prep, plan); the job plan requires one.
+  if (budgets > 1) c.fail("curriculum", "give only one of stage_tokens, stage_steps or budget");
   if (!cur.stage_tokens.empty() && cur.stage_tokens.size() != cur.stages.size())
     c.fail("curriculum.stage_tokens", "needs one entry per stage (" + std::to_string(cur.stages.size()) +
                                           "), got " + std::to_string(cur.stage_tokens.size()));
@@ -338,43 +344,53 @@ void validate_config(const Config& cfg) {
   if (!cur.budget.empty()) {
     if (cur.budget.rfind("active_layer_tokens:", 0) != 0 || cur.budget.size() == 20)
       c.fail("curriculum.budget", "must be \"active_layer_tokens:<run dir>\", got \"" + cur.budget + "\"");
-    if (cur.mode != "joint") c.fail("curriculum.budget", "only a joint run takes its budget from another run");
+    if (cur.mode != CurriculumMode::kJoint) c.fail("curriculum.budget", "only a joint run takes its budget from another run");
   }
-  c.one_of("curriculum.grow_init", cur.grow_init, {"random", "copy_last", "identity"});
-  if (cur.grow_init == "identity" && s.norm == "post")
+}
+
+void validate_curriculum(const Checker& c, const CurriculumConfig& cur, const StudentConfig& s) {
+  c.at_least("curriculum.block_layers", cur.block_layers, 1);
+  if (s.layers % cur.block_layers != 0)
+    c.fail("curriculum.block_layers", "must divide student.layers = " + std::to_string(s.layers) + ", got " +
+                                          std::to_string(cur.block_layers));
+  // With one-layer blocks (the default) a stage's blocks are its layers.
+  const int64_t full_blocks = s.layers / cur.block_layers;
+  const std::string full = cur.block_layers == 1
+                               ? "student.layers = " + std::to_string(s.layers)
+                               : "student.layers / curriculum.block_layers = " + std::to_string(s.layers) + " / " +
+                                     std::to_string(cur.block_layers) + " = " + std::to_string(full_blocks) + " blocks";
+  validate_stages(c, cur, full_blocks, full);
+  validate_budgets(c, cur);
+  if (cur.grow_init == GrowInit::kIdentity && s.norm == NormPlacement::kPost)
     c.fail("curriculum.grow_init",
            "\"identity\" is not function-preserving for student.norm = \"post\" (the appended block "
            "re-normalizes its input); use \"random\" or \"copy_last\"");
-  if (cur.freeze_prefix && cur.mode != "grow") c.fail("curriculum.freeze_prefix", "needs mode = \"grow\"");
+  if (cur.freeze_prefix && cur.mode != CurriculumMode::kGrow) c.fail("curriculum.freeze_prefix", "needs mode = \"grow\"");
   c.at_least("curriculum.rewarmup_steps", cur.rewarmup_steps, 0);
-  c.one_of("curriculum.phase_policy", cur.phase_policy, {"keep", "reset"});
-  if (cur.phase_policy == "reset" && cur.rewarmup_steps > 0)
+  if (cur.phase_policy == PhasePolicy::kReset && cur.rewarmup_steps > 0)
     c.fail("curriculum.rewarmup_steps", "must be 0 with curriculum.phase_policy = \"reset\" (every phase "
                                         "already restarts with optim.warmup_steps of warmup)");
+}
 
-  const auto& di = cfg.distill;
-  if (!(di.alpha >= 0 && di.alpha <= 1)) c.fail("distill.alpha", "must be in [0, 1], got " + format_double(di.alpha));
+void validate_distill_and_optim(const Checker& c, const DistillConfig& di, const OptimConfig& o) {
+  c.in_unit_interval("distill.alpha", di.alpha);
   c.positive("distill.temperature", di.temperature);
-  c.one_of("distill.logits", di.logits, {"full", "topk", "hidden"});
   c.at_least("distill.topk", di.topk, 1);
-  c.one_of("distill.tail", di.tail, {"renormalize", "bucket"});
   c.at_least("distill.vocab_chunk", di.vocab_chunk, 1);
   c.at_least("distill.row_chunk", di.row_chunk, 0);
 
-  const auto& o = cfg.optim;
   c.positive("optim.lr", o.lr);
-  if (!(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1))
-    c.fail("optim.min_lr_ratio", "must be in [0, 1], got " + format_double(o.min_lr_ratio));
-  if (o.weight_decay < 0) c.fail("optim.weight_decay", "must be >= 0");
+  c.in_unit_interval("optim.min_lr_ratio", o.min_lr_ratio);
+  if (!(o.weight_decay >= 0)) c.fail("optim.weight_decay", "must be >= 0, got " + format_double(o.weight_decay));
   if (o.betas.size() != 2) c.fail("optim.betas", "needs two values, got " + std::to_string(o.betas.size()));
   for (double b : o.betas)
     if (!(b >= 0 && b < 1)) c.fail("optim.betas", "each must be in [0, 1), got " + format_double(b));
   c.positive("optim.eps", o.eps);
   c.at_least("optim.warmup_steps", o.warmup_steps, 0);
-  c.one_of("optim.schedule", o.schedule, {"cosine", "constant"});
-  if (o.grad_clip < 0) c.fail("optim.grad_clip", "must be >= 0 (0 = off)");
+  if (!(o.grad_clip >= 0)) c.fail("optim.grad_clip", "must be >= 0 (0 = off), got " + format_double(o.grad_clip));
+}
 
-  const auto& p = cfg.parallel;
+void validate_parallel(const Checker& c, const ParallelConfig& p, const StudentConfig& s) {
   c.at_least("parallel.teacher_pipelines", p.teacher_pipelines, 1);
   c.at_least("parallel.teacher_stages", p.teacher_stages, 1);
   c.at_least("parallel.students", p.students, 1);
@@ -385,54 +401,71 @@ void validate_config(const Config& cfg) {
   if (p.students % p.teacher_pipelines != 0)
     c.fail("parallel.students", "must be a multiple of parallel.teacher_pipelines = " +
                                     std::to_string(p.teacher_pipelines) + ", got " + std::to_string(p.students));
-  c.one_of("parallel.backend", p.backend, {"auto", "mpi", "nccl"});
-  c.one_of("parallel.sharding", p.sharding, {"none", "grad_op", "full"});
   // A block's parameters can be let go after its forward only when the backward recomputes it
   // (gathering them again); kept for a plain backward, every block would be whole at the end of
   // the forward and "full" would save nothing over "grad_op".
-  if (p.sharding == "full" && cfg.student.recompute != "layer")
-    c.fail("parallel.sharding", "\"full\" needs student.recompute = \"layer\" (got \"" + cfg.student.recompute +
+  if (p.sharding == Sharding::kFull && s.recompute != Recompute::kLayer)
+    c.fail("parallel.sharding", "\"full\" needs student.recompute = \"layer\" (got \"" +
+                                    std::string(option_name(s.recompute)) +
                                     "\"): a block's parameters are gathered again for its recomputed backward; "
                                     "without recomputation use \"grad_op\"");
   c.positive("parallel.bucket_cap_mb", p.bucket_cap_mb);
-  c.one_of("parallel.rank_order", p.rank_order, {"roles", "pipelines"});
+}
 
+void validate_eval_checkpoint_control(const Checker& c, const Config& cfg) {
   c.at_least("eval.every", cfg.eval.every, 1);
   c.at_least("eval.batches", cfg.eval.batches, 1);
   c.at_least("eval.diagnostics_every", cfg.eval.diagnostics_every, 0);
   c.at_least("eval.diagnostic_batch", cfg.eval.diagnostic_batch, 1);
   c.at_least("checkpoint.every", cfg.checkpoint.every, 0);
   c.at_least("checkpoint.keep", cfg.checkpoint.keep, 1);
-
   const auto& ct = cfg.control;
   c.positive("control.heartbeat_s", ct.heartbeat_s);
   if (!(ct.watchdog_s > ct.heartbeat_s))
     c.fail("control.watchdog_s", "must exceed control.heartbeat_s = " + format_double(ct.heartbeat_s));
-  if (ct.metrics_port < 0 || ct.metrics_port > 65535) c.fail("control.metrics_port", "must be in [0, 65535]");
-  if (ct.coordinator_port < 0 || ct.coordinator_port > 65535) c.fail("control.coordinator_port", "must be in [0, 65535]");
+  c.port("control.metrics_port", ct.metrics_port);
+  c.port("control.coordinator_port", ct.coordinator_port);
   c.positive("control.nccl_setup_timeout_s", ct.nccl_setup_timeout_s);
+}
+
+}  // namespace
+
+// Every float key is finite and within fp32's range before this runs (SectionReader); enumerated
+// options were parsed into their enums. What is left: bounds, and rules across keys and sections.
+void validate_config(const Config& cfg) {
+  const Checker c{cfg};
+  validate_run(c, cfg.run);
+  validate_data(c, cfg.data, cfg.curriculum);
+  validate_student(c, cfg.student);
+  validate_curriculum(c, cfg.curriculum, cfg.student);
+  validate_distill_and_optim(c, cfg.distill, cfg.optim);
+  validate_parallel(c, cfg.parallel, cfg.student);
+  validate_eval_checkpoint_control(c, cfg);
 }
 
 Config parse_config(const std::string& toml_text, const std::string& source,
                     const std::vector<std::string>& overrides) {
   toml::table root = parse_toml(toml_text, source);
-  for (const auto& item : overrides) apply_override(root, item);
-
   Config cfg;
   cfg.source = source;
+  for (const auto& item : overrides) cfg.overridden.insert(apply_override(root, item));
   std::set<std::string> sections;
   auto read_section = [&](const char* name, auto& section) {
     sections.insert(name);
     const toml::node* node = root.get(name);
     if (node && !node->is_table()) throw InputError(source + ": " + name + ": expected a [section] table");
-    SectionReader reader(node ? node->as_table() : nullptr, source, name);
+    SectionReader reader(node ? node->as_table() : nullptr, source, name, cfg.overridden);
     section.visit(reader);
     reader.reject_unknown_keys();
   };
   cfg.visit_sections(read_section);
   for (const auto& [k, v] : root) {
-    if (!sections.count(std::string(k.str())))
-      throw InputError(source + ": [" + std::string(k.str()) + "]: unknown section");
+    if (!sections.count(std::string(k.str()))) {
+      const std::string name(k.str());
+      for (const std::string& key : cfg.overridden)
+        if (key.rfind(name + ".", 0) == 0) throw InputError("--set " + key + ": unknown section [" + name + "]");
+      throw InputError(source + ": [" + name + "]: unknown section");
+    }
   }
   const toml::node* parallel = root.get("parallel");
   const bool grad_accum_given = parallel && parallel->is_table() && parallel->as_table()->contains("grad_accum");
@@ -466,6 +499,7 @@ Config without_execution_settings(const Config& cfg) {
   Config c = cfg;
   c.run.threads = defaults.run.threads;
   c.run.device = defaults.run.device;
+  c.run.tensorboard = defaults.run.tensorboard;  // what is written beside the records, not what is trained
   c.student.cpu_kernels = defaults.student.cpu_kernels;
   c.teacher.cpu_kernels = defaults.teacher.cpu_kernels;
   c.student.recompute = defaults.student.recompute;

@@ -2,11 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "config/count.h"
 #include "config/float_dtype.h"
+#include "config/options.h"
 
 namespace deepen {
 
@@ -18,9 +20,15 @@ struct RunConfig {
   std::string out_dir = "runs/run";  // resolved config, metrics, eval records and checkpoints go here
   int64_t seed = 1;                  // model init, sampler and dropout-free training are all seeded by it
   int64_t threads = 0;               // intra-op CPU threads; 0 = all cores given to this rank
-  std::string device = "auto";       // "auto" | "cpu" | "cuda": where models and batches live; auto = CUDA if visible
+  RunDevice device = RunDevice::kAuto;  // "auto" | "cpu" | "cuda": where models and batches live; auto = CUDA if visible
+  // TensorBoard event files in out_dir beside metrics.jsonl (`tensorboard --logdir <out_dir or a
+  // folder of runs>`): every numeric field of each metrics and eval record as a scalar ("train/loss",
+  // "eval/val_ce", ...), written as the record is (run_folder/tensorboard_events.h). An execution
+  // setting: switching it does not stop a resume.
+  bool tensorboard = false;
   template <class V> void visit(V& v) {
     v("name", name); v("out_dir", out_dir); v("seed", seed); v("threads", threads); v("device", device);
+    v("tensorboard", tensorboard);
   }
 };
 
@@ -36,11 +44,12 @@ struct DataConfig {
   //                max_len tokens, a micro-batch right-padded to its longest member; padded
   //                positions are excluded from the loss, the eval, every diagnostic and every token
   //                count. Needs shards with a document index (`deepen prep` of this version).
-  std::string packing = "windows";
+  Packing packing = Packing::kWindows;
   int64_t max_len = 8192;            // documents: a document is cut to its first max_len tokens
   // documents: a fixed training shard of the first train documents holding >= this many target
   // tokens (truncated to max_len); 0 = every train document. Grow runs wrap within it (every
-  // phase replays it); joint runs read it once and continue onto fresh documents (data/replay.h).
+  // phase replays it); joint runs read it once and continue onto fresh documents (the shard's size:
+  // data/documents.h, replay_shard_documents; its order: data/sampler.h, ReplayShard).
   int64_t replay_shard_tokens = 0;
   // documents: the validation set is the first N documents of data.valid (eval covers all of
   // them every time, ceil(N / parallel.micro_batch) batches); 0 = eval.batches batches as before.
@@ -67,7 +76,7 @@ struct DataConfig {
 struct TeacherConfig {
   std::string checkpoint;    // Hugging Face folder: config.json + model.safetensors[.index.json]
   FloatDtype dtype = FloatDtype::kFp32;  // "fp32" | "bf16": compute dtype of the frozen teacher
-  std::string cpu_kernels = "auto";  // "auto" | "fused" | "aten": its fp32 CPU steps (model/cpu_kernel_choice.h)
+  CpuKernels cpu_kernels = CpuKernels::kAuto;  // "auto" | "fused" | "aten": its fp32 CPU steps (model/cpu_kernel_choice.h)
   template <class V> void visit(V& v) { v("checkpoint", checkpoint); v("dtype", dtype); v("cpu_kernels", cpu_kernels); }
 };
 
@@ -79,14 +88,14 @@ struct StudentConfig {
   int64_t head_dim = 64;      // independent of hidden/heads, as in Qwen3
   int64_t intermediate = 3072;
   int64_t vocab_size = 0;     // 0 = take it from the tokenizer (and check it against the teacher)
-  std::string norm = "pre";   // "pre" | "post": where RMSNorm sits relative to the residual add
+  NormPlacement norm = NormPlacement::kPre;  // "pre" | "post": where RMSNorm sits relative to the residual add
   bool tie_embeddings = true;
   // "random": every weight drawn (Qwen3's init, std 0.02). "teacher" (the paper's student): the
   // embedding is copied from teacher.checkpoint and frozen, the LM head copied and trained (needs
   // tie_embeddings = false), the boundary norm (pre: the final norm; post: an entry norm on the
   // embedding output) starts from the teacher's final norm and trains; decoder layers are random.
   // Needs hidden = the teacher's hidden size.
-  std::string init = "random";
+  StudentInit init = StudentInit::kRandom;
   double rope_theta = 1'000'000.0;
   double rms_eps = 1e-6;
   // Arithmetic of the student (model/student.h):
@@ -97,12 +106,12 @@ struct StudentConfig {
   //   "bf16-pure":  bf16 parameters, compute AND AdamW state (updates below half a bf16 ulp of a
   //                 weight are lost; kept for comparison and for memory-bound experiments).
   // Replaces the former student.dtype ("fp32" -> "fp32", "bf16" -> "bf16-pure").
-  std::string precision = "fp32";
+  StudentPrecision precision = StudentPrecision::kFp32;
   // CUDA only: fp32 matmuls (the "fp32" precision's, and the fp32 parts of the others) may use TF32
   // tensor cores (10-bit mantissa products, fp32 accumulation). Off keeps fp32 exact as on CPU.
   bool tf32 = false;
-  std::string cpu_kernels = "auto";  // "auto" | "fused" | "aten": fp32 CPU steps (model/cpu_kernel_choice.h)
-  std::string recompute = "none";    // "none" | "layer" | "mlp": activation recomputation (model/recompute.h)
+  CpuKernels cpu_kernels = CpuKernels::kAuto;  // "auto" | "fused" | "aten": fp32 CPU steps (model/cpu_kernel_choice.h)
+  Recompute recompute = Recompute::kNone;  // "none" | "layer" | "mlp": activation recomputation (model/recompute.h)
   template <class V> void visit(V& v) {
     v("layers", layers); v("hidden", hidden); v("heads", heads); v("kv_heads", kv_heads);
     v("head_dim", head_dim); v("intermediate", intermediate); v("vocab_size", vocab_size);
@@ -116,13 +125,13 @@ struct CurriculumConfig {
   // "grow" (depth increases stage by stage) | "joint" (full depth from step 0; several stages =
   // phases at that fixed depth, e.g. stages = [3, 3] with stage_steps = [50000, 50000]: the
   // post-joint-long control restarts its LR at the grow runs' phase boundaries)
-  std::string mode = "grow";
+  CurriculumMode mode = CurriculumMode::kGrow;
   std::vector<int64_t> stages;            // active blocks per stage (grow: strictly increasing)
   int64_t block_layers = 1;               // decoder layers per block (the paper: 3 blocks x 3 layers)
   std::vector<std::string> stage_tokens;  // per stage, "50M" / "2.5B" / "123456"; or use stage_steps
   std::vector<int64_t> stage_steps;       // per stage optimizer steps (exclusive with stage_tokens)
   std::string budget;                     // "" | "active_layer_tokens:<run dir>" (joint runs only)
-  std::string grow_init = "random";       // "random" | "copy_last" | "identity"
+  GrowInit grow_init = GrowInit::kRandom;  // "random" | "copy_last" | "identity"
   bool freeze_prefix = false;             // freeze control: only appended blocks train
   // Freeze control: whether the LM head and the boundary norm (and a tied/random embedding) freeze
   // with the prefix. true = the literal reading of "only the new block updates" (the paper is silent).
@@ -131,7 +140,7 @@ struct CurriculumConfig {
   // At every stage start after the first: "keep" (AdamW state carried, one LR schedule over the
   // run, optional rewarmup_steps) | "reset" (the paper: fresh AdamW state for every trainable
   // parameter, and a full warmup + cosine down to lr · min_lr_ratio within each stage).
-  std::string phase_policy = "keep";
+  PhasePolicy phase_policy = PhasePolicy::kKeep;
   template <class V> void visit(V& v) {
     v("mode", mode); v("stages", stages); v("block_layers", block_layers); v("stage_tokens", stage_tokens);
     v("stage_steps", stage_steps); v("budget", budget); v("grow_init", grow_init);
@@ -147,9 +156,11 @@ std::vector<int64_t> stage_depths(const CurriculumConfig& cur);
 struct DistillConfig {
   double alpha = 1.0;             // weight of the KL term; 1 - alpha weighs CE on the labels
   double temperature = 1.0;
-  std::string logits = "full";    // "full" | "topk": what the teacher sends
+  // "full" (the logits) | "topk" (the k largest log-probabilities and their ids) | "hidden" (the
+  // teacher's final normalised hidden states; every student holds its frozen head): what the teacher sends
+  TeacherOutput logits = TeacherOutput::kFull;
   int64_t topk = 64;
-  std::string tail = "renormalize";  // top-k only: "renormalize" | "bucket"
+  TopkTail tail = TopkTail::kRenormalize;  // top-k only: "renormalize" | "bucket"
   int64_t vocab_chunk = 8192;     // teacher_topk's log-sum-exp runs this many vocabulary columns at a time
   FloatDtype channel_dtype = FloatDtype::kFp32;  // "fp32" | "bf16": full-logit values on the wire
   // The loss takes this many tokens (rows) at a time, each with the whole vocabulary; 0 = auto: as
@@ -168,7 +179,7 @@ struct OptimConfig {
   std::vector<double> betas = {0.9, 0.95};
   double eps = 1e-8;
   int64_t warmup_steps = 200;
-  std::string schedule = "cosine";  // "cosine" | "constant"
+  LrShape schedule = LrShape::kCosine;  // "cosine" | "constant"
   double grad_clip = 1.0;           // global L2 norm; 0 = off
   template <class V> void visit(V& v) {
     v("lr", lr); v("min_lr_ratio", min_lr_ratio); v("weight_decay", weight_decay);
@@ -187,7 +198,7 @@ struct ParallelConfig {
   // micro_batch), an error when that does not divide. 0 = students × micro_batch × grad_accum as
   // given. Scaling studies set it, so runs on different layouts optimise the same objective.
   int64_t global_batch = 0;
-  std::string backend = "auto";    // "auto" | "mpi" | "nccl"
+  Backend backend = Backend::kAuto;  // "auto" | "mpi" | "nccl"
   FloatDtype activation_dtype = FloatDtype::kFp32;  // between teacher stages: "fp32" | "bf16"
   int64_t max_in_flight = 4;       // micro-batches buffered per pipeline hop (back-pressure)
   // Which world rank is which (dist/rank_layout.h has the worked examples):
@@ -196,7 +207,7 @@ struct ParallelConfig {
   //   "pipelines": each pipeline's P stages then the S/T students it feeds; with tasks per node a
   //            multiple of P + S/T, a pipeline and its students share a node (the logits stay on
   //            NVLink; only the students' gradient all-reduce crosses nodes).
-  std::string rank_order = "roles";
+  RankOrder rank_order = RankOrder::kRoles;
   // The students' data parallelism: "none" (each student holds the whole AdamW state; gradients
   // all-reduced) | "grad_op" (FSDP's SHARD_GRAD_OP, ZeRO stage 2: gradients reduce-scattered, the
   // AdamW moments sharded over the students, updated parameters all-gathered; train/sharded_adamw.h)
@@ -204,7 +215,7 @@ struct ParallelConfig {
   // parameters held as 1/S shards between uses, gathered block by block for the forward and again
   // for the recomputed backward; every micro-batch's gradients reduce-scattered; needs
   // student.recompute = "layer").
-  std::string sharding = "none";
+  Sharding sharding = Sharding::kNone;
   double bucket_cap_mb = 32;       // gradient bucket of the students' reduction (DDP's bucket_cap_mb)
   // Launch each bucket's reduction from inside the last micro-batch's backward as soon as its
   // gradients are final (train/gradient_buckets.h); false: all after the backward. Same bits.
@@ -253,7 +264,8 @@ struct ControlConfig {
 };
 
 struct Config {
-  std::string source;  // file the config came from, for error messages
+  std::string source;                 // file the config came from, for error messages
+  std::set<std::string> overridden;   // "section.key"s set by --set: errors name them as such
   RunConfig run;
   DataConfig data;
   TeacherConfig teacher;
@@ -291,7 +303,7 @@ std::string to_toml(const Config& cfg);
 uint64_t config_hash(const Config& cfg);
 
 // The config with the settings that change only how a run executes (speed, memory, rounding), never
-// what it trains, put back to their defaults: run.threads, run.device, student.cpu_kernels,
+// what it trains, put back to their defaults: run.threads, run.device, run.tensorboard, student.cpu_kernels,
 // teacher.cpu_kernels, student.recompute, student.tf32, distill.row_chunk and [control]. A checkpoint resumes across them and the
 // report counts runs that differ only in them as one experiment.
 Config without_execution_settings(const Config& cfg);

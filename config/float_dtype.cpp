@@ -1,17 +1,15 @@
-// The one parser of "fp32" / "bf16".
+// The one parser of "fp32" / "bf16" (its spellings are an option's: config/options.h).
 #include "config/float_dtype.h"
 
-#include "config/input_error.h"
+#include "config/options.h"
 
 namespace deepen {
 
 FloatDtype parse_float_dtype(const std::string& text, const std::string& where) {
-  if (text == "fp32") return FloatDtype::kFp32;
-  if (text == "bf16") return FloatDtype::kBf16;
-  throw InputError(where + ": must be \"fp32\" | \"bf16\", got \"" + text + "\"");
+  return parse_option<FloatDtype>(text, where);
 }
 
-const char* float_dtype_name(FloatDtype dtype) { return dtype == FloatDtype::kBf16 ? "bf16" : "fp32"; }
+const char* float_dtype_name(FloatDtype dtype) { return option_name(dtype); }
 
 int float_dtype_bytes(FloatDtype dtype) { return dtype == FloatDtype::kBf16 ? 2 : 4; }
 

@@ -194,11 +194,11 @@ int64_t resolve_budget(const std::string& budget) {
 
 Config single_block_control(const Config& grow) {
   const CurriculumConfig& cur = grow.curriculum;
-  if (cur.mode != "grow" || cur.stages.empty() || (cur.stage_tokens.empty() && cur.stage_steps.empty()))
+  if (cur.mode != CurriculumMode::kGrow || cur.stages.empty() || (cur.stage_tokens.empty() && cur.stage_steps.empty()))
     throw InputError(prefixed(grow.source, "single-block control needs a grow run with stage_tokens or stage_steps"));
   Config out = grow;
   out.student.layers = cur.stages[0] * cur.block_layers;
-  out.curriculum.mode = "joint";
+  out.curriculum.mode = CurriculumMode::kJoint;
   out.curriculum.stages = {cur.stages[0]};
   out.curriculum.stage_tokens = cur.stage_tokens.empty() ? std::vector<std::string>{} : std::vector<std::string>{cur.stage_tokens[0]};
   out.curriculum.stage_steps = cur.stage_steps.empty() ? std::vector<int64_t>{} : std::vector<int64_t>{cur.stage_steps[0]};

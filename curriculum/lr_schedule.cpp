@@ -52,7 +52,7 @@ LrSchedule make_lr_schedule(const OptimConfig& optim, const GrowthSchedule& grow
   s.lr = optim.lr;
   s.min_lr_ratio = optim.min_lr_ratio;
   s.warmup_steps = optim.warmup_steps;
-  s.cosine = optim.schedule == "cosine";
+  s.cosine = optim.schedule == LrShape::kCosine;
   s.total_steps = growth.total_steps();
   for (int k = 1; k < growth.num_stages(); ++k) s.growth_steps.push_back(growth.first_step(k));
   s.rewarmup_steps = rewarmup_steps;

@@ -28,18 +28,14 @@ bool nccl_available() {
 #endif
 }
 
-std::unique_ptr<Communicator> make_communicator(const std::string& backend, const MpiSession& mpi,
-                                                double nccl_setup_timeout_s) {
-  int devices = 0;
-#ifdef DEEPEN_WITH_NCCL
-  devices = c10::cuda::device_count();
-#endif
-  if (resolve_backend(backend, nccl_available(), devices) == "mpi") return make_mpi_communicator(mpi);
+std::unique_ptr<Communicator> make_communicator(Backend backend, const MpiSession& mpi, double nccl_setup_timeout_s) {
+  if (backend == Backend::kMpi) return make_mpi_communicator(mpi);
+  if (backend == Backend::kAuto) throw std::logic_error("make_communicator: parallel.backend not resolved (world_backend)");
 #ifdef DEEPEN_WITH_NCCL
   return make_nccl_communicator(mpi, nccl_setup_timeout_s);
 #else
   (void)nccl_setup_timeout_s;
-  throw std::logic_error("make_communicator: resolve_backend chose nccl in a build without it");
+  throw std::logic_error("make_communicator: NCCL asked of a build without it (world_backend refuses that)");
 #endif
 }
 

@@ -10,6 +10,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "config/options.h"
+
 namespace deepen {
 
 class MpiSession;
@@ -56,7 +58,7 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string backend() const = 0;  // "mpi" | "nccl"
+  virtual Backend backend() const = 0;  // kMpi or kNccl
   // Where this communicator's tensors must live: CPU for "mpi", this rank's GPU for "nccl". Callers
   // computing elsewhere copy to it before sending and from it after receiving (host staging).
   virtual at::Device device() const = 0;
@@ -117,14 +119,12 @@ class Communicator {
   virtual bool aborted() const = 0;
 };
 
-// The world communicator for parallel.backend ("auto" | "mpi" | "nccl", see resolve_backend in
-// dist/rank_layout.h): "auto" is NCCL when this build has NCCL and a CUDA device is visible, else MPI.
-// NCCL picks this rank's GPU from its node-local rank (choose_cuda_device), checks that no two ranks
-// share a GPU, and bootstraps its unique id over MPI. Collective over MPI_COMM_WORLD. Throws
-// InputError for an impossible choice (e.g. "nccl" without a GPU). nccl_setup_timeout_s
+// The world communicator for a resolved parallel.backend (kMpi or kNccl: dist/run_device.h's
+// world_backend decides, and refuses NCCL without a GPU or a build with it). NCCL picks this rank's
+// GPU from its node-local rank (choose_cuda_device), checks that no two ranks share a GPU, and
+// bootstraps its unique id over MPI. Collective over MPI_COMM_WORLD. nccl_setup_timeout_s
 // (control.nccl_setup_timeout_s) bounds each NCCL communicator's set-up; see nccl_communicator.h.
-std::unique_ptr<Communicator> make_communicator(const std::string& backend, const MpiSession& mpi,
-                                                double nccl_setup_timeout_s);
+std::unique_ptr<Communicator> make_communicator(Backend backend, const MpiSession& mpi, double nccl_setup_timeout_s);
 
 // The MPI world communicator (a duplicate of MPI_COMM_WORLD with its own error handling).
 // max_message_bytes: largest single MPI message; larger tensors go as several (tests lower it).

@@ -43,16 +43,16 @@ constexpr size_t kMaxPooled = 4;
 std::string ChannelFormat::describe() const {
   if (hidden) return bf16_values ? "hidden:bf16" : "hidden";
   if (!topk) return bf16_values ? "full:bf16" : "full";
-  return "topk:" + std::to_string(k) + ":" + (tail == TopkTail::kBucket ? "bucket" : "renormalize");
+  return "topk:" + std::to_string(k) + ":" + option_name(tail);
 }
 
 ChannelFormat channel_format(const DistillConfig& d) {
   ChannelFormat f;
-  f.topk = d.logits == "topk";
-  f.hidden = d.logits == "hidden";
+  f.topk = d.logits == TeacherOutput::kTopk;
+  f.hidden = d.logits == TeacherOutput::kHidden;
   f.k = d.topk;
   f.bf16_values = d.channel_dtype == FloatDtype::kBf16;
-  f.tail = distill_loss_options(d).tail;
+  f.tail = d.tail;
   f.temperature = d.temperature;
   f.vocab_chunk = d.vocab_chunk;
   return f;

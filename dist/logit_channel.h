@@ -45,6 +45,7 @@ struct ChannelFormat {
   int64_t vocab_chunk = 8192;
   std::string describe() const;  // "full", "full:bf16", "topk:64:renormalize", "hidden:bf16"
 };
+// distill.* as the wire sees it (the job plan makes it once, launch/job_plan.h).
 ChannelFormat channel_format(const DistillConfig& distill);
 
 inline constexpr int kHeaderWords = 8;

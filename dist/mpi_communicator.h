@@ -30,7 +30,7 @@ class MpiCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::string backend() const override { return "mpi"; }
+  Backend backend() const override { return Backend::kMpi; }
   at::Device device() const override { return at::kCPU; }
 
   void send(const at::Tensor& tensor, int dst, int tag = 0) override;

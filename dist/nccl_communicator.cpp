@@ -181,7 +181,7 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return mpi_->rank(); }
   int size() const override { return mpi_->size(); }
-  std::string backend() const override { return "nccl"; }
+  Backend backend() const override { return Backend::kNccl; }
   at::Device device() const override { return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_)); }
 
   void send(const at::Tensor& tensor, int dst, int tag) override {

@@ -33,14 +33,6 @@ std::string join(const std::set<std::string>& xs) {
 
 }  // namespace
 
-RankOrder parse_rank_order(const std::string& name) {
-  if (name == "roles") return RankOrder::kRoles;
-  if (name == "pipelines") return RankOrder::kPipelines;
-  throw InputError("parallel.rank_order: expected \"roles\" or \"pipelines\", got \"" + name + "\"");
-}
-
-const char* rank_order_name(RankOrder order) { return order == RankOrder::kPipelines ? "pipelines" : "roles"; }
-
 RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teacher_layers, double head_layers) {
   const int64_t T = cfg.teacher_pipelines, P = cfg.teacher_stages, S = cfg.students;
   if (T < 1) throw InputError("parallel.teacher_pipelines: must be at least 1, got " + std::to_string(T));
@@ -56,7 +48,7 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teach
                      ") x parallel.teacher_stages (" + std::to_string(P) + ") + parallel.students (" +
                      std::to_string(S) + ") = " + std::to_string(T * P + S) +
                      ": launch that many ranks or change parallel.*");
-  const RankOrder order = parse_rank_order(cfg.rank_order);
+  const RankOrder order = cfg.rank_order;
   const std::vector<std::pair<int, int>> split = split_layers_with_head(teacher_layers, static_cast<int>(P), head_layers);
 
   RankLayout l;
@@ -149,7 +141,7 @@ std::string RankLayout::describe() const {
   std::ostringstream o;
   o << "world " << world_size << " = " << teacher_pipelines << " teacher pipeline(s) x "
     << teacher_stages << " stage(s) + " << students << " student(s); teacher has " << teacher_layers
-    << " layers; rank order \"" << rank_order_name(order) << "\"\n";
+    << " layers; rank order \"" << option_name(order) << "\"\n";
   for (int i = 0; i < world_size; ++i) {
     const RankInfo& r = ranks[i];
     o << "  rank " << i << ": ";
@@ -244,20 +236,6 @@ void check_distinct_devices(const std::vector<std::string>& device_ids) {
                        "so ranks of one node that all see the same GPUs share one when there are more ranks than "
                        "GPUs); launch at most one rank per GPU");
   }
-}
-
-std::string resolve_backend(const std::string& requested, bool nccl_built, int cuda_devices) {
-  if (requested == "mpi") return "mpi";
-  if (requested == "auto") return nccl_built && cuda_devices > 0 ? "nccl" : "mpi";
-  if (requested == "nccl") {
-    if (!nccl_built)
-      throw InputError("parallel.backend = \"nccl\": this build of deepen has no NCCL backend "
-                       "(configure with CUDA and NCCL present); use \"mpi\" or \"auto\"");
-    if (cuda_devices < 1)
-      throw InputError("parallel.backend = \"nccl\": no CUDA device is visible; use \"mpi\" or \"auto\"");
-    return "nccl";
-  }
-  throw InputError("parallel.backend: expected \"auto\", \"mpi\" or \"nccl\", got \"" + requested + "\"");
 }
 
 }  // namespace deepen

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "config/options.h"
+
 namespace deepen {
 
 struct ParallelConfig;
@@ -44,10 +46,7 @@ struct GroupSlot {
 //               node a multiple of P + S/T, each pipeline shares a node with its students, so the
 //               logit channel stays inside the node and only the students' gradient all-reduce (and
 //               growth agreement) crosses nodes.
-enum class RankOrder { kRoles, kPipelines };
-// "roles" | "pipelines" (the config's names); InputError naming parallel.rank_order otherwise.
-RankOrder parse_rank_order(const std::string& name);
-const char* rank_order_name(RankOrder order);
+// (RankOrder, parallel.rank_order: config/options.h)
 
 // Pipeline t serves the students [t·S/T, (t+1)·S/T) in either order; student indices, stages and
 // every group's key order are the same in both, only the world ranks behind them move.
@@ -145,11 +144,5 @@ int choose_cuda_device(int local_rank, int device_count);
 // Throws InputError naming the two world ranks when two entries are equal; an entry identifies a
 // physical GPU, e.g. "<hostname>/<PCI bus id>".
 void check_distinct_devices(const std::vector<std::string>& device_ids);
-
-// parallel.backend resolved: "auto" is "nccl" when this build has NCCL and CUDA devices are
-// visible, else "mpi". "nccl" without NCCL or without a device is an InputError.
-//   resolve_backend("auto", true, 8) -> "nccl"     resolve_backend("auto", true, 0) -> "mpi"
-//   resolve_backend("mpi", true, 8)  -> "mpi"      resolve_backend("nccl", false, 8) -> InputError
-std::string resolve_backend(const std::string& requested, bool nccl_built, int cuda_devices);
 
 }  // namespace deepen

@@ -6,35 +6,28 @@
 
 namespace deepen {
 
-std::string resolve_run_device(const std::string& requested, int cuda_devices, const std::string& source) {
-  if (requested == "cpu") return "cpu";
-  if (requested == "auto") return cuda_devices > 0 ? "cuda" : "cpu";
-  if (requested == "cuda") {
-    if (cuda_devices < 1)
-      throw InputError(source + ": run.device: \"cuda\" but this process sees no CUDA device (no GPU, no "
-                                "driver, or CUDA_VISIBLE_DEVICES hides them); use \"cpu\" or \"auto\"");
-    return "cuda";
-  }
-  throw InputError(source + ": run.device: must be \"auto\" | \"cpu\" | \"cuda\", got \"" + requested + "\"");
+RunDevice resolve_run_device(RunDevice requested, int cuda_devices, const std::string& source) {
+  if (requested == RunDevice::kAuto) return cuda_devices > 0 ? RunDevice::kCuda : RunDevice::kCpu;
+  if (requested == RunDevice::kCuda && cuda_devices < 1)
+    throw InputError(source + ": run.device: \"cuda\" but this process sees no CUDA device (no GPU, no "
+                              "driver, or CUDA_VISIBLE_DEVICES hides them); use \"cpu\" or \"auto\"");
+  return requested;
 }
 
-std::string world_backend(const std::string& backend, const std::string& device, bool nccl_built,
-                          const std::string& source) {
-  if (backend == "mpi") return "mpi";
-  if (backend == "auto") return device == "cuda" && nccl_built ? "nccl" : "mpi";
-  if (backend == "nccl") {
-    if (device != "cuda")
+Backend world_backend(Backend backend, RunDevice device, bool nccl_built, const std::string& source) {
+  if (backend == Backend::kAuto) return device == RunDevice::kCuda && nccl_built ? Backend::kNccl : Backend::kMpi;
+  if (backend == Backend::kNccl) {
+    if (device != RunDevice::kCuda)
       throw InputError(source + ": parallel.backend: \"nccl\" moves CUDA tensors, but run.device resolved to \"" +
-                       device + "\"; use parallel.backend = \"mpi\" (or \"auto\") for a CPU run");
+                       option_name(device) + "\"; use parallel.backend = \"mpi\" (or \"auto\") for a CPU run");
     if (!nccl_built)
       throw InputError(source + ": parallel.backend: \"nccl\" but this build of deepen has no NCCL backend "
                                 "(configure with CUDA and NCCL present); use \"mpi\" or \"auto\"");
-    return "nccl";
   }
-  throw InputError(source + ": parallel.backend: must be \"auto\" | \"mpi\" | \"nccl\", got \"" + backend + "\"");
+  return backend;
 }
 
-int rank_cuda_device(const std::string& backend, int local_rank, int cuda_devices) {
+int rank_cuda_device(Backend backend, int local_rank, int cuda_devices) {
   (void)backend;  // one rule for both; the backend decides only whether sharing is then checked
   return choose_cuda_device(local_rank, cuda_devices);
 }

@@ -26,20 +26,17 @@ struct Hop {
 
 }  // namespace
 
-std::vector<BatchKey> pipeline_items(const Config& cfg, const GrowthSchedule& schedule, const RankLayout& layout,
-                                     int pipeline, int64_t step) {
+std::vector<BatchKey> pipeline_items(const RunPlan& plan, const RankLayout& layout, int pipeline, int64_t step) {
   const int per = layout.students_per_pipeline();
-  const BatchCounts counts{layout.students, cfg.parallel.grad_accum, eval_batch_count(cfg)};
-  return step_batches(counts, step, is_eval_step(cfg, schedule, step), int64_t{pipeline} * per, per);
+  return step_batches(plan.counts, step, plan.eval_after(step), int64_t{pipeline} * per, per);
 }
 
 TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
   const auto t0 = std::chrono::steady_clock::now();
-  const Config& cfg = run.cfg;
+  const Config& cfg = run.plan->cfg;
   const RankInfo& me = run.layout->ranks.at(static_cast<size_t>(run.world_rank));
   const int stages = run.layout->teacher_stages;
   const bool first = me.stage == 0, last = me.stage == stages - 1;
-  const GrowthSchedule schedule = make_growth_schedule(cfg);
   const int64_t hidden = run.stage->config().hidden_size;
   const at::ScalarType wire = to_scalar_type(cfg.parallel.activation_dtype);
   const int64_t max_in_flight = cfg.parallel.max_in_flight;
@@ -49,7 +46,7 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
 
   std::unique_ptr<LogitChannelSender> sender;
   if (last) {
-    sender = std::make_unique<LogitChannelSender>(*run.channel, channel_format(cfg.distill),
+    sender = std::make_unique<LogitChannelSender>(*run.channel, run.channel_format,
                                                   me.pipeline * run.layout->students_per_pipeline(), max_in_flight);
   }
   std::deque<Hop> outgoing;
@@ -60,7 +57,7 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
   StepTimer timer(teacher_time_parts());
   for (int64_t step = run.first_step; step < run.end_step; ++step) {
     if (run.stop_at && run.stop_at(step)) break;
-    for (const BatchKey& key : pipeline_items(cfg, schedule, *run.layout, me.pipeline, step)) {
+    for (const BatchKey& key : pipeline_items(*run.plan, *run.layout, me.pipeline, step)) {
       at::Tensor input;
       uint64_t checksum = 0;
       if (first) {

@@ -7,10 +7,9 @@
 #include <memory>
 #include <vector>
 
-#include "config/config.h"
-#include "curriculum/growth_schedule.h"
 #include "dist/logit_channel.h"
 #include "run_folder/step_time.h"
+#include "train/run_plan.h"
 
 namespace deepen {
 
@@ -22,11 +21,11 @@ struct RankLayout;
 // The micro-batches pipeline `pipeline` produces for the students' optimizer step `step`, in
 // production order: train/batch_order.h's step_batches for the students it serves (see the worked
 // example there); each of those students consumes its own sub-list in the same order.
-std::vector<BatchKey> pipeline_items(const Config& cfg, const GrowthSchedule& schedule, const RankLayout& layout,
-                                     int pipeline, int64_t step);
+std::vector<BatchKey> pipeline_items(const RunPlan& plan, const RankLayout& layout, int pipeline, int64_t step);
 
 struct TeacherStageRun {
-  Config cfg;
+  const RunPlan* plan = nullptr;     // the students' run: its schedule and batch counts
+  ChannelFormat channel_format;      // last stage: what it sends (distill.logits, launch/job_plan.h)
   const RankLayout* layout = nullptr;
   int world_rank = 0;
   Communicator* pipeline = nullptr;  // this pipeline's stages (rank = stage)

@@ -18,10 +18,12 @@ void register_demo_command(CLI::App& app) {
   cmd->add_option("--out", o->out_dir, "output folder (default runs/demo, runs/demo-small with --small)");
   cmd->add_flag("--small", o->small, "the reduced demo (a minute or two; what the test runs)");
   cmd->add_option("--configs", o->configs, "folder holding demo.toml (default: configs/demo of this checkout)");
-  cmd->add_option("--launcher", o->launcher, "auto | mpirun | direct: how each student run starts (default: the study's)");
+  auto launcher = std::make_shared<std::string>();
+  cmd->add_option("--launcher", *launcher, "auto | mpirun | direct: how each student run starts (default: the study's)");
   cmd->add_flag("--verbose", *verbose, "show every run's own output instead of one progress line per run");
-  cmd->callback([o, verbose] {
+  cmd->callback([o, verbose, launcher] {
     if (std::getenv("DEEPEN_DEMO_SMALL")) o->small = true;
+    if (!launcher->empty()) o->launcher = parse_option<Launcher>(*launcher, "--launcher");
     o->log_runs = !*verbose;
     const int rc = run_demo(*o);
     if (rc != kExitOk) throw ExitRequest(rc);

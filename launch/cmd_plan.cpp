@@ -120,7 +120,7 @@ void register_plan_command(CLI::App& app) {
     }
     std::vector<LayoutEstimate> ranked;
     if (!o->layout.empty()) {
-      ranked.push_back(estimate_layout(in, c, T, P, S, parse_rank_order(cfg.parallel.rank_order)));
+      ranked.push_back(estimate_layout(in, c, T, P, S, cfg.parallel.rank_order));
     } else {
       ranked = rank_layouts(in, c);
     }

@@ -14,7 +14,7 @@
 namespace deepen {
 namespace {
 
-struct StudyCommand {
+struct StudyArgs {
   std::string file;
   std::string out;
   std::vector<std::string> sets;
@@ -30,7 +30,7 @@ struct StudyCommand {
 }  // namespace
 
 void register_study_command(CLI::App& app) {
-  auto o = std::make_shared<StudyCommand>();
+  auto o = std::make_shared<StudyArgs>();
   CLI::App* cmd = app.add_subcommand("study", "run a study (base config + named runs x seeds), or write its Slurm array");
   cmd->add_option("file", o->file, "study TOML file ([study] + [[run]])")->required();
   cmd->add_option("--out", o->out, "output folder (overrides study.out_dir)");
@@ -51,11 +51,7 @@ void register_study_command(CLI::App& app) {
   cmd->callback([o] {
     StudySpec spec = load_study(o->file);
     if (!o->out.empty()) spec.out_dir = o->out;
-    if (!o->launcher.empty()) {
-      if (o->launcher != "auto" && o->launcher != "mpirun" && o->launcher != "direct")
-        throw InputError("--launcher: must be auto, mpirun or direct, got \"" + o->launcher + "\"");
-      spec.launcher = o->launcher;
-    }
+    if (!o->launcher.empty()) spec.launcher = parse_option<Launcher>(o->launcher, "--launcher");
     const StudyPlan plan = expand_study(spec, o->sets, o->only);
     LaunchContext ctx;
     ctx.deepen_exe = self_executable();

@@ -8,7 +8,8 @@
 #include "config/input_error.h"
 #include "dist/control/stop_signals.h"
 #include "launch/command_line.h"
-#include "launch/student_job.h"
+#include "launch/distributed_job.h"
+#include "launch/local_job.h"
 
 namespace deepen {
 namespace {

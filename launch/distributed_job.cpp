@@ -1,10 +1,11 @@
-// `deepen train` across ranks: layout -> communicators -> teacher stage loop or student trainer.
+// `deepen train` across ranks: plan -> communicators -> teacher stage loop or student trainer.
+#include "launch/distributed_job.h"
+
 #include <cstdlib>
 #include <iostream>
 #include <memory>
 
 #include "config/input_error.h"
-#include "curriculum/growth_schedule.h"
 #include "data/tokenizer.h"
 #include "dist/comm_student_group.h"
 #include "dist/communicator.h"
@@ -14,12 +15,9 @@
 #include "dist/run_device.h"
 #include "dist/teacher_pipeline.h"
 #include "launch/job_control.h"
-#include "launch/student_job.h"
+#include "launch/job_parts.h"
 #include "model/cpu_kernel_choice.h"
-#include "model/hf_config.h"
-#include "model/layer_split.h"
 #include "model/teacher_stage.h"
-#include "model/torch_dtype.h"
 #include "run_folder/checkpoint_store.h"
 #include "run_folder/run_folder.h"
 #include "run_folder/step_time.h"
@@ -70,23 +68,108 @@ bool launched_with_several_ranks() {
   return false;
 }
 
+namespace {
+
+// Student 0 chooses the checkpoint every rank resumes from; teachers start feeding at its step.
+// Returns the steps done (0: a fresh start).
+int64_t agree_on_resume_step(Communicator& world, const JobPlan& plan, bool resume, bool is_first_student,
+                             int first_student) {
+  at::Tensor resume_step = at::full({1}, int64_t{-1}, at::TensorOptions().dtype(at::kLong).device(world.device()));
+  if (is_first_student && resume) {
+    if (auto found = CheckpointStore(plan.run.cfg.run.out_dir, plan.run.cfg.checkpoint.keep).latest_valid())
+      resume_step.fill_(found->step);
+  }
+  world.broadcast(resume_step, first_student);
+  return resume_step.item<int64_t>() + 1;
+}
+
+struct RankContext {
+  const JobPlan& plan;
+  const JobOptions& options;
+  const Tokenizer& tokenizer;
+  MpiSession& mpi;
+  RankGroups& groups;
+  JobControl& control;
+  at::Device device;
+  int64_t steps_done = 0;  // agreed resume point
+  int64_t end_step = 0;
+};
+
+int run_teacher_rank(const RankContext& c) {
+  const RankLayout& layout = *c.plan.layout;
+  const RankInfo& me = layout.ranks.at(static_cast<size_t>(c.mpi.rank()));
+  TeacherStageRun run;
+  run.plan = &c.plan.run;
+  run.channel_format = c.plan.channel;
+  run.layout = &layout;
+  run.world_rank = c.mpi.rank();
+  run.pipeline = c.groups.teacher_pipeline.get();
+  run.channel = c.groups.logit_channel.get();
+  std::unique_ptr<BatchSource> batches;
+  if (me.stage == 0) {
+    batches = make_shard_batch_source(c.plan.run, c.tokenizer);
+    run.batches = batches.get();
+  }
+  run.stage = load_teacher_stage(c.plan, me.first_layer, me.last_layer, me.stage == 0,
+                                 me.stage == layout.teacher_stages - 1, c.device);
+  run.first_step = c.steps_done;
+  run.end_step = c.end_step;
+  run.stop_at = [&c](int64_t s) { return c.control.stop_at(s); };
+  StepTimeLog time_log(c.plan.run.cfg.run.out_dir, c.mpi.rank(),
+                       c.steps_done > 0 ? std::optional<int64_t>(c.steps_done - 1) : std::nullopt);
+  const GrowthSchedule& schedule = c.plan.run.schedule;
+  run.on_step = [&](int64_t s, const StepTime& t) {
+    time_log.append(t);
+    c.control.report(s, schedule.stage_of(s - 1), schedule.depth_at(s - 1), step_time_metrics(t));
+  };
+  const TeacherStageStats stats = run_teacher_stage(run);
+  if (c.options.print_progress && me.stage == layout.teacher_stages - 1 && stats.seconds > 0)
+    std::cerr << "deepen: teacher pipeline " << me.pipeline << ": " << stats.items << " micro-batches, "
+              << stats.channel_bytes / stats.seconds / 1e6 << " MB/s on the logit channel\n";
+  return stats.steps_done < schedule.total_steps() ? kExitRequeue : kExitOk;
+}
+
+int run_student_rank(const RankContext& c) {
+  const RankLayout& layout = *c.plan.layout;
+  const RankInfo& me = layout.ranks.at(static_cast<size_t>(c.mpi.rank()));
+  std::vector<int> student_ranks;
+  for (int s = 0; s < layout.students; ++s) student_ranks.push_back(layout.student_rank(s));
+  CommStudentGroup group(*c.groups.students, student_ranks);
+  ChannelTeacherSource teacher(*c.groups.logit_channel, c.plan.channel, c.plan.run.vocab,
+                               layout.teacher_rank(me.pipeline, layout.teacher_stages - 1), c.mpi.rank(), c.device,
+                               teacher_head_for_channel(c.plan, c.device));
+  std::unique_ptr<BatchSource> real_batches;
+  const std::unique_ptr<BatchSource> batches =
+      with_injected_faults(make_shard_batch_source(c.plan.run, c.tokenizer), real_batches);
+  StudentRun run;
+  run.plan = c.plan.run;
+  run.tokenizer = &c.tokenizer;
+  run.batches = batches.get();
+  run.teacher = &teacher;
+  run.group = &group;
+  run.world_rank = c.mpi.rank();
+  run.device = c.device;
+  run.resume = c.steps_done > 0;
+  if (run.resume)
+    run.resume_checkpoint = CheckpointStore(run.plan.cfg.run.out_dir, run.plan.cfg.checkpoint.keep).root() + "/" +
+                            checkpoint_folder_name(c.steps_done - 1);
+  run.stop_after_steps = c.options.stop_after_steps;
+  run.print_progress = c.options.print_progress;
+  run.stop_requested = [&c](int64_t s) { return c.control.stop_at(s); };
+  run.on_step = [&c](const StepReport& r) { report_step(c.control, r); };
+  return run_student(run) == RunOutcome::kFinished ? kExitOk : kExitRequeue;
+}
+
+}  // namespace
+
 int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
   MpiSession mpi;
   set_compute_threads(cfg.run.threads);
-  // Device and backend first (pure decisions, the same on every rank of a homogeneous allocation):
-  // a CUDA run's world is NCCL when built with it, else MPI with host staging; see run_device.h.
-  const std::string device_kind = resolve_run_device(cfg.run.device, visible_cuda_devices(), cfg.source);
-  const std::string backend = world_backend(cfg.parallel.backend, device_kind, nccl_available(), cfg.source);
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(cfg.data.tokenizer);
-  const int64_t vocab = student_vocab_size(cfg, *tokenizer);
-  const int64_t teacher_layers = check_teacher_checkpoint(cfg, vocab, *tokenizer);
-  // The last stage runs the LM head (≈ 3 layers' worth at 8B) unless the students hold it.
-  const Qwen3Config tc = read_qwen3_config(cfg.teacher.checkpoint + "/config.json");
-  const double head_layers = last_stage_head_layers(cfg.distill.logits, tc.vocab_size, tc.hidden_size,
-                                                    tc.num_attention_heads, tc.num_key_value_heads, tc.head_dim,
-                                                    tc.intermediate_size);
-  const RankLayout layout = make_rank_layout(cfg.parallel, mpi.size(), static_cast<int>(teacher_layers), head_layers);
-  const GrowthSchedule schedule = make_growth_schedule(cfg);  // bad budgets fail on every rank, early
+  // Every decision first, the same on every rank: a bad config fails all ranks alike, before any
+  // communicator exists or anything is written.
+  const JobPlan plan = plan_distributed_job(cfg, mpi.size(), *tokenizer, visible_cuda_devices(), nccl_available());
+  const RankLayout& layout = *plan.layout;
   const int first_student = layout.student_rank(0);
   // Every rank checks placement (pure, same hostnames everywhere), so a bad one fails all ranks alike.
   const std::vector<std::string> placement = check_placement(layout, mpi.hostnames());
@@ -95,12 +178,12 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
     for (const auto& warning : placement) std::cerr << "deepen: WARNING: " << warning << "\n";
   }
 
-  std::unique_ptr<Communicator> world = make_communicator(backend, mpi, cfg.control.nccl_setup_timeout_s);
+  std::unique_ptr<Communicator> world = make_communicator(plan.backend, mpi, cfg.control.nccl_setup_timeout_s);
   // After the NCCL world (which picked the same GPU with the same rule and made it current).
   const int local_rank = node_local_rank([](const char* n) { return std::getenv(n); }, mpi.local_rank());
-  const at::Device device = compute_device(device_kind, backend, local_rank);
+  const at::Device device = compute_device(plan, local_rank);
   if (mpi.rank() == first_student && options.print_progress)
-    std::cerr << "deepen: computing on " << device_kind << ", world backend " << backend << "\n";
+    std::cerr << "deepen: computing on " << plan.device << ", world backend " << plan.backend << "\n";
   RankGroups groups = make_rank_groups(*world, layout);
   const RankInfo& me = layout.ranks.at(static_cast<size_t>(mpi.rank()));
   const std::string role = me.is_teacher() ? "teacher p" + std::to_string(me.pipeline) + " s" + std::to_string(me.stage)
@@ -108,80 +191,16 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
   // The watchdog's way out of a hung collective: abort the world (and every group split from it).
   JobControl control(cfg, mpi.rank(), mpi.size(), mpi.hostnames(), world.get(), role, [&world] { world->abort(); });
 
-  // Student 0 chooses the checkpoint every rank resumes from; teachers start feeding at its step.
-  at::Tensor resume_step = at::full({1}, int64_t{-1}, at::TensorOptions().dtype(at::kLong).device(world->device()));
-  if (mpi.rank() == first_student && options.resume) {
-    if (auto found = CheckpointStore(cfg.run.out_dir, cfg.checkpoint.keep).latest_valid())
-      resume_step.fill_(found->step);
-  }
-  world->broadcast(resume_step, first_student);
-  const int64_t steps_done = resume_step.item<int64_t>() + 1;
+  RankContext context{plan, options, *tokenizer, mpi, groups, control, device};
+  context.steps_done = agree_on_resume_step(*world, plan, options.resume, mpi.rank() == first_student, first_student);
   // Before any model runs: a resumed rank repeats the kernel choices it made before (same rounding).
-  process_cpu_kernel_calibration().record_to(RunFolder(cfg.run.out_dir).cpu_kernel_choices(mpi.rank()), steps_done > 0);
-  int64_t end_step = schedule.total_steps();
-  if (options.stop_after_steps) end_step = std::min(end_step, *options.stop_after_steps);
-  end_step = std::max(end_step, steps_done);
+  process_cpu_kernel_calibration().record_to(RunFolder(cfg.run.out_dir).cpu_kernel_choices(mpi.rank()),
+                                             context.steps_done > 0);
+  context.end_step = plan.run.schedule.total_steps();
+  if (options.stop_after_steps) context.end_step = std::min(context.end_step, *options.stop_after_steps);
+  context.end_step = std::max(context.end_step, context.steps_done);
 
-  int rc = kExitOk;
-  if (me.is_teacher()) {
-    TeacherStageRun run;
-    run.cfg = cfg;
-    run.layout = &layout;
-    run.world_rank = mpi.rank();
-    run.pipeline = groups.teacher_pipeline.get();
-    run.channel = groups.logit_channel.get();
-    std::unique_ptr<BatchSource> batches;
-    if (me.stage == 0) {
-      batches = make_shard_batch_source(cfg, *tokenizer);
-      run.batches = batches.get();
-    }
-    run.stage = TeacherStage::load(cfg.teacher.checkpoint, me.first_layer, me.last_layer, me.stage == 0,
-                                   me.stage == layout.teacher_stages - 1,
-                                   to_scalar_type(cfg.teacher.dtype), device,
-                                   parse_cpu_kernels(cfg.teacher.cpu_kernels, "teacher.cpu_kernels"),
-                                   cfg.distill.logits != "hidden");  // hidden: the students hold the head
-    run.first_step = steps_done;
-    run.end_step = end_step;
-    run.stop_at = [&control](int64_t s) { return control.stop_at(s); };
-    StepTimeLog time_log(cfg.run.out_dir, mpi.rank(), steps_done > 0 ? std::optional<int64_t>(steps_done - 1) : std::nullopt);
-    run.on_step = [&](int64_t s, const StepTime& t) {
-      time_log.append(t);
-      control.report(s, schedule.stage_of(s - 1), schedule.depth_at(s - 1), step_time_metrics(t));
-    };
-    const TeacherStageStats stats = run_teacher_stage(run);
-    if (options.print_progress && me.stage == layout.teacher_stages - 1 && stats.seconds > 0)
-      std::cerr << "deepen: teacher pipeline " << me.pipeline << ": " << stats.items << " micro-batches, "
-                << stats.channel_bytes / stats.seconds / 1e6 << " MB/s on the logit channel\n";
-    if (stats.steps_done < schedule.total_steps()) rc = kExitRequeue;
-  } else {
-    std::vector<int> student_ranks;
-    for (int s = 0; s < layout.students; ++s) student_ranks.push_back(layout.student_rank(s));
-    CommStudentGroup group(*groups.students, student_ranks);
-    ChannelTeacherSource teacher(*groups.logit_channel, channel_format(cfg.distill), vocab,
-                                 layout.teacher_rank(me.pipeline, layout.teacher_stages - 1), mpi.rank(), device,
-                                 teacher_head_for_channel(cfg, device));
-    std::unique_ptr<BatchSource> real_batches;
-    const std::unique_ptr<BatchSource> batches =
-        with_injected_faults(make_shard_batch_source(cfg, *tokenizer), real_batches);
-    StudentRun run;
-    run.cfg = cfg;
-    run.tokenizer = tokenizer.get();
-    run.batches = batches.get();
-    run.teacher = &teacher;
-    run.group = &group;
-    run.world_rank = mpi.rank();
-    run.vocab_size = vocab;
-    run.device = device;
-    run.resume = steps_done > 0;
-    if (run.resume)
-      run.resume_checkpoint = CheckpointStore(cfg.run.out_dir, cfg.checkpoint.keep).root() + "/" +
-                              checkpoint_folder_name(steps_done - 1);
-    run.stop_after_steps = options.stop_after_steps;
-    run.print_progress = options.print_progress;
-    run.stop_requested = [&control](int64_t s) { return control.stop_at(s); };
-    run.on_step = [&control](const StepReport& r) { report_step(control, r); };
-    rc = run_student(run) == RunOutcome::kFinished ? kExitOk : kExitRequeue;
-  }
+  const int rc = me.is_teacher() ? run_teacher_rank(context) : run_student_rank(context);
   world->barrier();
   control.shutdown(rc);
   return rc;

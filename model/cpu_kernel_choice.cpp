@@ -16,22 +16,6 @@
 
 namespace deepen {
 
-CpuKernels parse_cpu_kernels(const std::string& text, const std::string& where) {
-  if (text == "auto") return CpuKernels::kAuto;
-  if (text == "fused") return CpuKernels::kFused;
-  if (text == "aten") return CpuKernels::kAten;
-  throw InputError(where + ": must be \"auto\", \"fused\" or \"aten\", got \"" + text + "\"");
-}
-
-const char* cpu_kernels_name(CpuKernels mode) {
-  switch (mode) {
-    case CpuKernels::kAuto: return "auto";
-    case CpuKernels::kFused: return "fused";
-    case CpuKernels::kAten: return "aten";
-  }
-  return "?";
-}
-
 const char* fused_step_name(FusedStep step) {
   switch (step) {
     case FusedStep::kRmsNorm: return "rms_norm";

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "config/options.h"
+
 namespace deepen {
 
 // student.cpu_kernels:
@@ -22,9 +24,7 @@ namespace deepen {
 //   auto:  per step and shape class, whichever measured faster (once per process, see below).
 // All three produce the same values up to fp32 summation order (tests/model/student_test.cpp,
 // tests/model/qwen3_hf_test.cpp).
-enum class CpuKernels { kAuto, kFused, kAten };
-CpuKernels parse_cpu_kernels(const std::string& text, const std::string& where);  // throws InputError
-const char* cpu_kernels_name(CpuKernels mode);
+// (CpuKernels: config/options.h)
 
 // The decoder steps that have a fused implementation, each standing in for one op subsequence:
 //   kRmsNorm:   RMSNorm over the last dim (pow, mean, add, rsqrt, mul, mul; and backward)

@@ -56,9 +56,9 @@ double lm_head_layer_equivalents(int64_t vocab, int64_t hidden, int64_t heads, i
   return static_cast<double>(vocab) * hidden / layer;
 }
 
-double last_stage_head_layers(const std::string& distill_logits, int64_t vocab, int64_t hidden, int64_t heads,
+double last_stage_head_layers(TeacherOutput distill_logits, int64_t vocab, int64_t hidden, int64_t heads,
                               int64_t kv_heads, int64_t head_dim, int64_t intermediate) {
-  if (distill_logits == "hidden") return 0.0;
+  if (distill_logits == TeacherOutput::kHidden) return 0.0;
   return lm_head_layer_equivalents(vocab, hidden, heads, kv_heads, head_dim, intermediate);
 }
 

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "config/options.h"
+
 namespace deepen {
 
 // Contiguous, balanced ranges [first, last) covering 0..num_layers-1, one per stage. When the
@@ -51,7 +53,7 @@ double lm_head_layer_equivalents(int64_t vocab, int64_t hidden, int64_t heads, i
 // The head_layers a run's teacher split counts for its last stage, by distill.logits: 0 with
 // "hidden" (the students run the head), else lm_head_layer_equivalents. The one rule the
 // distributed job and `deepen plan` both split by, so the plan costs the stages the job runs.
-double last_stage_head_layers(const std::string& distill_logits, int64_t vocab, int64_t hidden, int64_t heads,
+double last_stage_head_layers(TeacherOutput distill_logits, int64_t vocab, int64_t hidden, int64_t heads,
                               int64_t kv_heads, int64_t head_dim, int64_t intermediate);
 
 }  // namespace deepen

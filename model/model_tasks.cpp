@@ -48,13 +48,14 @@ std::vector<std::vector<int64_t>> parse_id_lines(const std::string& text, const 
 namespace {
 
 at::Device pick_device(const std::string& name) {
-  if (name == "cpu") return at::kCPU;
-  if (name == "cuda") {
-    if (!at::hasCUDA()) throw InputError("--device cuda: no CUDA device available");
-    return at::Device(at::kCUDA, 0);
+  switch (parse_option<RunDevice>(name, "--device")) {
+    case RunDevice::kCpu: return at::kCPU;
+    case RunDevice::kCuda:
+      if (!at::hasCUDA()) throw InputError("--device cuda: no CUDA device available");
+      return at::Device(at::kCUDA, 0);
+    case RunDevice::kAuto: break;
   }
-  if (name == "auto") return at::hasCUDA() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
-  throw InputError("--device: must be auto, cpu or cuda, got \"" + name + "\"");
+  return at::hasCUDA() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
 }
 
 }  // namespace
@@ -91,7 +92,7 @@ ExportSummary export_student_file(const std::string& student_path, const std::st
   export_student_hf(*student, out_dir);
   ExportSummary s;
   s.dir = out_dir;
-  s.norm = norm_placement_name(student->spec().norm);
+  s.norm = option_name(student->spec().norm);
   s.depth = student->depth();
   s.transformers_compatible = student->spec().norm == NormPlacement::kPre;
   return s;

@@ -399,16 +399,6 @@ void validate_decoder_spec(const DecoderSpec& spec, const std::string& where) {
   if (!(spec.rms_eps > 0)) throw InputError(where + ": rms_eps must be positive");
 }
 
-NormPlacement parse_norm_placement(const std::string& text, const std::string& where) {
-  if (text == "pre") return NormPlacement::kPre;
-  if (text == "post") return NormPlacement::kPost;
-  throw InputError(where + ": norm must be \"pre\" or \"post\", got \"" + text + "\"");
-}
-
-const char* norm_placement_name(NormPlacement norm) {
-  return norm == NormPlacement::kPre ? "pre" : "post";
-}
-
 at::Tensor in_compute_dtype(const at::Tensor& w, at::ScalarType compute) {
   if (!w.defined() || compute == at::ScalarType::Undefined || w.scalar_type() == compute) return w;
   return w.to(compute);

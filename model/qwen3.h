@@ -50,11 +50,7 @@ void validate_decoder_spec(const DecoderSpec& spec, const std::string& where);
 // Where RMSNorm sits relative to the residual add.
 //   pre  (Qwen3):  h = x + attn(norm1(x));   y = h + mlp(norm2(h))   final norm before the head
 //   post:          h = norm1(x + attn(x));   y = norm2(h + mlp(h))   no final norm (see student.h)
-enum class NormPlacement { kPre, kPost };
-
-// "pre" -> kPre, "post" -> kPost; anything else throws InputError naming `where`.
-NormPlacement parse_norm_placement(const std::string& text, const std::string& where);
-const char* norm_placement_name(NormPlacement norm);
+// (NormPlacement, student.norm: config/options.h)
 
 // HF's Qwen3RMSNorm: normalize in fp32, cast back to x's dtype, THEN multiply by the weight (in
 // the weight's dtype). For bf16 the order matters: weight * bf16(x_hat), not bf16(weight * x_hat).

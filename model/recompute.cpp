@@ -9,22 +9,6 @@
 
 namespace deepen {
 
-Recompute parse_recompute(const std::string& text, const std::string& where) {
-  if (text == "none") return Recompute::kNone;
-  if (text == "layer") return Recompute::kLayer;
-  if (text == "mlp") return Recompute::kMlp;
-  throw InputError(where + ": must be \"none\", \"layer\" or \"mlp\", got \"" + text + "\"");
-}
-
-const char* recompute_name(Recompute mode) {
-  switch (mode) {
-    case Recompute::kNone: return "none";
-    case Recompute::kLayer: return "layer";
-    case Recompute::kMlp: return "mlp";
-  }
-  return "?";
-}
-
 namespace {
 
 // The function to rerun, carried through the autograd context (which holds IValues) as a capsule.

@@ -7,6 +7,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "config/options.h"
+
 namespace deepen {
 
 // student.recompute:
@@ -18,9 +20,7 @@ namespace deepen {
 //          largest of a layer: 3 x 12288 wide at Qwen3-8B's shapes against 4096.
 // Gradients are the same as without recomputation: the same ops run on the same inputs
 // (tests/model/recompute_test.cpp compares them bit for bit).
-enum class Recompute { kNone, kLayer, kMlp };
-Recompute parse_recompute(const std::string& text, const std::string& where);  // throws InputError
-const char* recompute_name(Recompute mode);
+// (Recompute: config/options.h)
 
 // fn(x) computed without recording its graph; in the backward pass fn runs again on x with grad
 // enabled and its gradients flow to x and (accumulated into .grad) to every parameter fn uses.

@@ -65,19 +65,19 @@ StudentSpec student_spec_from_config(const StudentConfig& cfg, int64_t vocab_siz
   spec.decoder.intermediate = cfg.intermediate;
   spec.decoder.rope_theta = cfg.rope_theta;
   spec.decoder.rms_eps = cfg.rms_eps;
-  spec.decoder.cpu_kernels = parse_cpu_kernels(cfg.cpu_kernels, "student.cpu_kernels");
-  spec.decoder.recompute = parse_recompute(cfg.recompute, "student.recompute");
+  spec.decoder.cpu_kernels = cfg.cpu_kernels;
+  spec.decoder.recompute = cfg.recompute;
   validate_decoder_spec(spec.decoder, "student");
   if (vocab_size <= 0) throw InputError("student.vocab_size: must be positive, got " + std::to_string(vocab_size));
   if (cfg.layers <= 0) throw InputError("student.layers: must be positive, got " + std::to_string(cfg.layers));
   spec.vocab_size = vocab_size;
   spec.max_depth = cfg.layers;
-  spec.norm = parse_norm_placement(cfg.norm, "student.norm");
+  spec.norm = cfg.norm;
   spec.tie_embeddings = cfg.tie_embeddings;
-  const StudentPrecision precision = parse_student_precision(cfg.precision, "student.precision");
+  const StudentPrecision precision = cfg.precision;
   spec.dtype = precision == StudentPrecision::kBf16Pure ? at::kBFloat16 : at::kFloat;
   spec.decoder.compute_dtype = precision == StudentPrecision::kBf16Mixed ? at::kBFloat16 : at::ScalarType::Undefined;
-  const bool from_teacher = cfg.init == "teacher";
+  const bool from_teacher = cfg.init == StudentInit::kTeacher;
   if (from_teacher && cfg.tie_embeddings)
     throw InputError("student.tie_embeddings: must be false with student.init = \"teacher\"");
   spec.entry_norm = from_teacher && spec.norm == NormPlacement::kPost;
@@ -85,31 +85,8 @@ StudentSpec student_spec_from_config(const StudentConfig& cfg, int64_t vocab_siz
   return spec;
 }
 
-StudentPrecision parse_student_precision(const std::string& text, const std::string& where) {
-  if (text == "fp32") return StudentPrecision::kFp32;
-  if (text == "bf16-mixed") return StudentPrecision::kBf16Mixed;
-  if (text == "bf16-pure") return StudentPrecision::kBf16Pure;
-  throw InputError(where + ": must be \"fp32\", \"bf16-mixed\" or \"bf16-pure\", got \"" + text + "\"");
-}
-
 at::ScalarType StudentSpec::compute() const {
   return decoder.compute_dtype == at::ScalarType::Undefined ? dtype : decoder.compute_dtype;
-}
-
-GrowInit parse_grow_init(const std::string& text, const std::string& where) {
-  if (text == "random") return GrowInit::kRandom;
-  if (text == "copy_last") return GrowInit::kCopyLast;
-  if (text == "identity") return GrowInit::kIdentity;
-  throw InputError(where + ": must be \"random\", \"copy_last\" or \"identity\", got \"" + text + "\"");
-}
-
-const char* grow_init_name(GrowInit init) {
-  switch (init) {
-    case GrowInit::kRandom: return "random";
-    case GrowInit::kCopyLast: return "copy_last";
-    case GrowInit::kIdentity: return "identity";
-  }
-  return "?";
 }
 
 GrowableStudent::GrowableStudent(const StudentSpec& spec, int64_t depth, uint64_t seed,

@@ -40,8 +40,7 @@ struct StudentSpec {
 //   fp32       -> dtype kFloat,    decoder.compute_dtype kUndefined
 //   bf16-mixed -> dtype kFloat,    decoder.compute_dtype kBFloat16 (fp32 masters, bf16 compute)
 //   bf16-pure  -> dtype kBFloat16, decoder.compute_dtype kUndefined
-enum class StudentPrecision { kFp32, kBf16Mixed, kBf16Pure };
-StudentPrecision parse_student_precision(const std::string& text, const std::string& where);  // throws InputError
+// (StudentPrecision: config/options.h)
 
 // From the [student] section and the vocabulary size (the tokenizer's, or the teacher's).
 // student.init = "teacher" sets freeze_embedding, and entry_norm for a post-norm student (the
@@ -61,9 +60,7 @@ int64_t block_of_parameter(const std::string& name);
 //              0 to the residual stream, so the grown model computes the same function. With
 //              post-norm a block still renormalizes its input (norm(x + 0) != x), so identity is
 //              rejected there with InputError.
-enum class GrowInit { kRandom, kCopyLast, kIdentity };
-GrowInit parse_grow_init(const std::string& text, const std::string& where);
-const char* grow_init_name(GrowInit init);
+// (GrowInit, curriculum.grow_init: config/options.h)
 
 // Where the boundary norm sits:
 //   pre-norm:  the residual stream is never normalized inside the stack, so (as in Qwen3) a final

@@ -36,7 +36,7 @@ nlohmann::json spec_json(const GrowableStudent& s) {
           {"attention_bias", spec.decoder.attention_bias},
           {"vocab_size", spec.vocab_size},
           {"max_depth", spec.max_depth},
-          {"norm", norm_placement_name(spec.norm)},
+          {"norm", option_name(spec.norm)},
           {"tie_embeddings", spec.tie_embeddings},
           {"entry_norm", spec.entry_norm},
           {"freeze_embedding", spec.freeze_embedding},
@@ -101,7 +101,7 @@ std::shared_ptr<GrowableStudent> load_student(const std::string& path, at::Devic
     spec.decoder.attention_bias = j.at("attention_bias");
     spec.vocab_size = j.at("vocab_size");
     spec.max_depth = j.at("max_depth");
-    spec.norm = parse_norm_placement(j.at("norm").get<std::string>(), path + ": metadata student.norm");
+    spec.norm = parse_option<NormPlacement>(j.at("norm").get<std::string>(), path + ": metadata student.norm");
     spec.tie_embeddings = j.at("tie_embeddings");
     // Files written before the paper's student existed have neither key: both were false.
     spec.entry_norm = j.value("entry_norm", false);
@@ -150,7 +150,7 @@ void export_student_hf(const GrowableStudent& student, const std::string& dir) {
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   nlohmann::json config = nlohmann::json::parse(qwen3_config_json(hf_config_of(student)));
-  config["deepen_norm"] = norm_placement_name(student.spec().norm);
+  config["deepen_norm"] = option_name(student.spec().norm);
   config["deepen_max_depth"] = student.spec().max_depth;
   config["deepen_seed"] = student.seed();
   if (student.spec().entry_norm) config["deepen_entry_norm"] = true;
@@ -195,7 +195,7 @@ std::shared_ptr<GrowableStudent> load_student_hf(const std::string& dir, at::Sca
   spec.vocab_size = config.vocab_size;
   spec.tie_embeddings = config.tie_word_embeddings;
   spec.dtype = dtype;
-  spec.norm = parse_norm_placement(extra.value("deepen_norm", std::string("pre")), config_path + ": deepen_norm");
+  spec.norm = parse_option<NormPlacement>(extra.value("deepen_norm", std::string("pre")), config_path + ": deepen_norm");
   spec.entry_norm = extra.value("deepen_entry_norm", false);
   spec.max_depth = extra.value("deepen_max_depth", config.num_hidden_layers);
   if (spec.max_depth < config.num_hidden_layers)

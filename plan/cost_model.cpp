@@ -80,7 +80,7 @@ TeacherStageMemory largest_teacher_stage(const PlanInput& in, int64_t P, int64_t
     const double out = last ? logit_bytes_per_token(in.distill, in.teacher.vocab, n, in.header_bytes, in.teacher.hidden)
                             : static_cast<double>(in.teacher.hidden * float_dtype_bytes(in.activation_dtype));
     const TeacherStageMemory t = teacher_stage_memory(in.teacher, layers[static_cast<size_t>(p)], p == 0,
-                                                      last && in.distill.logits != "hidden",  // no head to hold
+                                                      last && in.distill.logits != TeacherOutput::kHidden,  // no head to hold
                                                       float_dtype_bytes(in.teacher_dtype), n, out, in.max_in_flight);
     if (t.total() > worst.total()) {
       worst = t;
@@ -98,13 +98,17 @@ PlanInput with_students(const PlanInput& in, int64_t S) {
 }
 
 // "parallel.sharding = \"grad_op\" over S=8" / "parallel.sharding = \"none\"", as the memory section names it.
-std::string sharding_text(const std::string& sharding, int64_t S) {
-  return "parallel.sharding = \"" + sharding + "\"" + (sharding != "none" ? " over S=" + std::to_string(S) : "");
+std::string sharding_text(Sharding sharding, int64_t S) {
+  return std::string("parallel.sharding = \"") + option_name(sharding) + "\"" +
+         (sharding != Sharding::kNone ? " over S=" + std::to_string(S) : "");
 }
 
-const char* sharding_summary(const std::string& sharding) {
-  if (sharding == "grad_op") return " (AdamW moments sharded, weights and gradients whole)";
-  if (sharding == "full") return " (AdamW moments and the blocks' weights sharded, one block gathered at a time)";
+const char* sharding_summary(Sharding sharding) {
+  switch (sharding) {
+    case Sharding::kGradOp: return " (AdamW moments sharded, weights and gradients whole)";
+    case Sharding::kFull: return " (AdamW moments and the blocks' weights sharded, one block gathered at a time)";
+    case Sharding::kNone: break;
+  }
   return " (AdamW state whole on every student)";
 }
 
@@ -116,16 +120,16 @@ void describe_memory(std::ostringstream& o, const PlanInput& plan, const Cluster
   const double budget = 0.9 * c.memory;
   auto verdict = [&](double bytes) { return bytes <= budget ? "fits" : "does NOT fit"; };
   const StudentMemory sm = student_memory(student_memory_input(in));
-  const bool sharded = in.sharding != "none";
+  const bool sharded = in.sharding != Sharding::kNone;
   o << "Memory per rank (plan/memory_model.h; GiB; a rank fits within 90% of the device's " << gib(c.memory)
     << " GiB)\n"
     << "  student at full depth " << in.student.layers << ", " << in.precision << ", recompute " << in.recompute << ", "
     << micro_batch_tokens(in) << " tokens per micro-batch, " << sharding_text(in.sharding, S)
     << sharding_summary(in.sharding) << ":\n"
-    << "    weights " << gib(sm.weights) << (in.precision == "bf16-pure" ? " (bf16)" : " (fp32 masters)");
-  if (in.sharding == "full") o << " [ends whole + blocks 1/" << S << " + one block]";
+    << "    weights " << gib(sm.weights) << (in.precision == StudentPrecision::kBf16Pure ? " (bf16)" : " (fp32 masters)");
+  if (in.sharding == Sharding::kFull) o << " [ends whole + blocks 1/" << S << " + one block]";
   if (sm.compute_copy > 0) o << " + bf16 copy " << gib(sm.compute_copy);
-  o << " + gradients " << gib(sm.gradients) << (in.sharding == "full" ? " [ends + one block]" : "") << " + AdamW "
+  o << " + gradients " << gib(sm.gradients) << (in.sharding == Sharding::kFull ? " [ends + one block]" : "") << " + AdamW "
     << gib(sm.optimizer) << (sharded ? " (1/" + std::to_string(S) + ")" : "") << " + activations " << gib(sm.activations)
     << " + loss " << gib(sm.loss) << " + teacher targets " << gib(sm.targets);
   if (sm.held_shards > 0) o << " + gradient shards " << gib(sm.held_shards);
@@ -141,12 +145,12 @@ void describe_memory(std::ostringstream& o, const PlanInput& plan, const Cluster
   }
   o << " -> " << verdict(sm.total()) << "\n";
   if (S > 1) {
-    for (const char* mode : {"none", "grad_op", "full"}) {
+    for (const Sharding mode : {Sharding::kNone, Sharding::kGradOp, Sharding::kFull}) {
       if (in.sharding == mode) continue;
       PlanInput other = in;
       other.sharding = mode;
       o << "    with " << sharding_text(other.sharding, S) << ": ";
-      if (other.sharding == "full" && in.recompute != "layer") {
+      if (other.sharding == Sharding::kFull && in.recompute != Recompute::kLayer) {
         o << "needs student.recompute = \"layer\"\n";
         continue;
       }
@@ -242,9 +246,9 @@ double logit_bytes_per_token(const DistillConfig& d, int64_t vocab, int64_t toke
                              int64_t teacher_hidden) {
   const double value = float_dtype_bytes(d.channel_dtype);
   double per_token = 0;
-  if (d.logits == "topk") {
-    per_token = static_cast<double>(d.topk) * (value + 4) + (d.tail == "bucket" ? value : 0);
-  } else if (d.logits == "hidden") {
+  if (d.logits == TeacherOutput::kTopk) {
+    per_token = static_cast<double>(d.topk) * (value + 4) + (d.tail == TopkTail::kBucket ? value : 0);
+  } else if (d.logits == TeacherOutput::kHidden) {
     per_token = static_cast<double>(teacher_hidden) * value;
   } else {
     per_token = static_cast<double>(vocab) * value;
@@ -253,7 +257,7 @@ double logit_bytes_per_token(const DistillConfig& d, int64_t vocab, int64_t toke
 }
 
 double student_teacher_head_flops_per_token(const DistillConfig& d, const ModelShape& teacher) {
-  return d.logits == "hidden" ? 2.0 * static_cast<double>(teacher.hidden * teacher.vocab) : 0.0;
+  return d.logits == TeacherOutput::kHidden ? 2.0 * static_cast<double>(teacher.hidden * teacher.vocab) : 0.0;
 }
 
 ClusterSpec cluster_preset(const std::string& name) {
@@ -283,7 +287,7 @@ RankLayout plan_rank_layout(int64_t layers, int64_t T, int64_t P, int64_t S, Ran
   p.teacher_pipelines = T;
   p.teacher_stages = P;
   p.students = S;
-  p.rank_order = rank_order_name(order);
+  p.rank_order = order;
   return make_rank_layout(p, static_cast<int>(T * P + S), static_cast<int>(std::max(layers, P)));
 }
 
@@ -325,7 +329,7 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
   const int64_t tokens_per_mb = in.micro_batch * in.seq_len;
   e.channel_bytes_per_token =
       logit_bytes_per_token(in.distill, in.teacher.vocab, tokens_per_mb, in.header_bytes, in.teacher.hidden);
-  const bool teacher_head = in.distill.logits != "hidden";  // the hidden channel's last stage has none
+  const bool teacher_head = in.distill.logits != TeacherOutput::kHidden;  // the hidden channel's last stage has none
   const double head_on_students = student_teacher_head_flops_per_token(in.distill, in.teacher);
   const auto layers = stage_layers(in, P);
   const double act_bytes = static_cast<double>(in.teacher.hidden) * float_dtype_bytes(in.activation_dtype);
@@ -388,7 +392,7 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
     const double grads = 4.0 * static_cast<double>(total_params(st));
     const double ring = static_cast<double>(S - 1) / static_cast<double>(S) / student_bw;
     double sync = S > 1 ? 2.0 * ring * grads : 0;  // none / grad_op: all-reduce = reduce-scatter + all-gather
-    if (S > 1 && in.sharding == "full") {
+    if (S > 1 && in.sharding == Sharding::kFull) {
       // Every micro-batch: its gradients reduce-scattered, and each block gathered for the forward
       // and again for the recomputed backward; after the update only the ends are gathered.
       const double blocks = 4.0 * static_cast<double>(depths[k] * block_params(st));
@@ -492,9 +496,9 @@ std::string describe_plan(const PlanInput& in, const ClusterSpec& c, const std::
     if (depths.size() == 1) break;
   }
   DistillConfig full = in.distill, topk = in.distill, hidden = in.distill;
-  full.logits = "full";
-  topk.logits = "topk";
-  hidden.logits = "hidden";
+  full.logits = TeacherOutput::kFull;
+  topk.logits = TeacherOutput::kTopk;
+  hidden.logits = TeacherOutput::kHidden;
   const int64_t mb_tokens = in.micro_batch * in.seq_len;
   o << "  logit channel: full " << float_dtype_name(in.distill.channel_dtype) << " " << si(logit_bytes_per_token(full, t.vocab, mb_tokens, in.header_bytes), "B")
     << ", top-" << topk.topk << " " << si(logit_bytes_per_token(topk, t.vocab, mb_tokens, in.header_bytes), "B")
@@ -521,8 +525,8 @@ std::string describe_plan(const PlanInput& in, const ClusterSpec& c, const std::
     << "order = parallel.rank_order: roles = teachers and students on separate nodes, pipelines = each\n"
     << "pipeline on the node of its students, the logits inside the node, the gradient all-reduce across)\n"
     << "student GiB = a student rank's peak under parallel.sharding = \"" << in.sharding << "\""
-    << (in.sharding == "grad_op"  ? " (AdamW moments split over the layout's S)"
-        : in.sharding == "full" ? " (AdamW moments and the blocks' weights split over the layout's S)"
+    << (in.sharding == Sharding::kGradOp  ? " (AdamW moments split over the layout's S)"
+        : in.sharding == Sharding::kFull ? " (AdamW moments and the blocks' weights split over the layout's S)"
                                 : "")
     << "\n"
     << "   T   P    S  dev  order     | teacher  channel | students (first..last stage) | job mean | supply/demand | student GiB | bound\n";
@@ -531,7 +535,7 @@ std::string describe_plan(const PlanInput& in, const ClusterSpec& c, const std::
     char line[256];
     std::snprintf(line, sizeof line, "  %2lld  %2lld  %3lld  %3lld  %-9s | %8s %8s | %12s .. %-12s | %8s | %13.2f | %11s | %s\n",
                   static_cast<long long>(e.T), static_cast<long long>(e.P), static_cast<long long>(e.S),
-                  static_cast<long long>(e.devices), rank_order_name(e.order), si(e.teacher_tokens_per_s, "").c_str(),
+                  static_cast<long long>(e.devices), option_name(e.order), si(e.teacher_tokens_per_s, "").c_str(),
                   si(e.channel_tokens_per_s, "").c_str(), si(e.student_tokens_per_s.front(), "").c_str(),
                   si(e.student_tokens_per_s.back(), "").c_str(), si(e.mean_tokens_per_s, "").c_str(),
                   e.supply_over_demand, gib(e.student_bytes).c_str(), e.bottleneck.c_str());
@@ -547,8 +551,8 @@ std::string describe_plan(const PlanInput& in, const ClusterSpec& c, const std::
     << " over the curriculum (" << si(best.mean_tokens_per_s / static_cast<double>(best.devices), "tokens/s")
     << " per device); bound by " << best.bottleneck << "; " << best.memory_note << "\n"
     << "  [parallel] teacher_pipelines = " << best.T << ", teacher_stages = " << best.P << ", students = " << best.S;
-  if (in.sharding != "none") o << ", sharding = \"" << in.sharding << "\"";
-  o << ", rank_order = \"" << rank_order_name(best.order) << "\"";
+  if (in.sharding != Sharding::kNone) o << ", sharding = \"" << in.sharding << "\"";
+  o << ", rank_order = \"" << option_name(best.order) << "\"";
   if (best.order == RankOrder::kPipelines)
     o << " (tasks per node a multiple of " << best.P + best.S / best.T << " = " << best.P << " stage(s) + "
       << best.S / best.T << " student(s) per pipeline)";
@@ -560,7 +564,7 @@ std::string describe_plan(const PlanInput& in, const ClusterSpec& c, const std::
   });
   if (thrifty->T != best.T || thrifty->P != best.P || thrifty->S != best.S || thrifty->order != best.order)
     o << "  most tokens/s per device: T=" << thrifty->T << " P=" << thrifty->P << " S=" << thrifty->S
-      << " rank_order " << rank_order_name(thrifty->order) << " ("
+      << " rank_order " << option_name(thrifty->order) << " ("
       << thrifty->devices << " devices, " << si(thrifty->mean_tokens_per_s, "tokens/s") << ", "
       << si(thrifty->mean_tokens_per_s / static_cast<double>(thrifty->devices), "tokens/s") << " per device)\n";
   return o.str();
@@ -583,11 +587,11 @@ PlanInput plan_input_from_config(const Config& cfg) {
   const int64_t vocab = cfg.student.vocab_size > 0 ? cfg.student.vocab_size : in.teacher.vocab;
   in.student = shape_from_student(cfg.student, vocab);
   // Documents are right-padded to the longest in the micro-batch: max_len is the worst case.
-  in.seq_len = cfg.data.packing == "documents" ? cfg.data.max_len : cfg.data.seq_len;
+  in.seq_len = cfg.data.packing == Packing::kDocuments ? cfg.data.max_len : cfg.data.seq_len;
   in.micro_batch = cfg.parallel.micro_batch;
   in.precision = cfg.student.precision;
   in.recompute = cfg.student.recompute;
-  in.frozen_embedding = cfg.student.init == "teacher";
+  in.frozen_embedding = cfg.student.init == StudentInit::kTeacher;
   in.teacher_dtype = cfg.teacher.dtype;
   in.max_in_flight = cfg.parallel.max_in_flight;
   in.students = cfg.parallel.students;
@@ -677,7 +681,7 @@ std::vector<CheckRow> check_against_runs(const ClusterSpec& cluster, const std::
     const int64_t threads = cfg.run.threads > 0 ? cfg.run.threads : std::max<int64_t>(1, c.shared_cores / world);
     c.threads_per_rank = threads;
     const LayoutEstimate e = estimate_layout(in, c, p.teacher_pipelines, p.teacher_stages, one_process ? 1 : p.students,
-                                             parse_rank_order(p.rank_order));
+                                             p.rank_order);
     for (const auto& [depth, measured] : measured_tokens_per_s(dir)) {
       CheckRow r;
       r.run = dir;

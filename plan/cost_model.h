@@ -115,15 +115,15 @@ struct PlanInput {
   int64_t header_bytes = 64;
   // Memory (plan/memory_model.h): the student's arithmetic and recomputation, what it trains, the
   // teacher's dtype and the outgoing buffers of each hop.
-  std::string precision = "fp32";       // student.precision
-  std::string recompute = "none";       // student.recompute
+  StudentPrecision precision = StudentPrecision::kFp32;  // student.precision
+  Recompute recompute = Recompute::kNone;                // student.recompute
   bool frozen_embedding = false;        // student.init = "teacher"
   FloatDtype teacher_dtype = FloatDtype::kBf16;
   int64_t max_in_flight = 4;
   int64_t students = 1, teacher_stages = 1;  // the config's layout: the memory section's when none fits
   // parallel.sharding ("none" | "grad_op": AdamW moments split over each layout's S students) and
   // parallel.bucket_cap_mb (MiB, the reduction's bucket, a step temporary under grad_op).
-  std::string sharding = "none";
+  Sharding sharding = Sharding::kNone;
   double bucket_cap_mb = 32;
 };
 

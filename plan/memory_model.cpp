@@ -8,11 +8,13 @@
 
 namespace deepen {
 
-PrecisionBytes precision_bytes(const std::string& precision) {
-  if (precision == "fp32") return {4, 0, 4, 8, 4};
-  if (precision == "bf16-mixed") return {4, 2, 4, 8, 2};
-  if (precision == "bf16-pure") return {2, 0, 2, 4, 2};
-  throw InputError("student.precision: must be \"fp32\", \"bf16-mixed\" or \"bf16-pure\", got \"" + precision + "\"");
+PrecisionBytes precision_bytes(StudentPrecision precision) {
+  switch (precision) {
+    case StudentPrecision::kFp32: return {4, 0, 4, 8, 4};
+    case StudentPrecision::kBf16Mixed: return {4, 2, 4, 8, 2};
+    case StudentPrecision::kBf16Pure: return {2, 0, 2, 4, 2};
+  }
+  throw std::logic_error("precision_bytes: unknown StudentPrecision");
 }
 
 namespace {
@@ -28,19 +30,18 @@ BlockValues values_of(const ModelShape& m) {
 double mlp_sublayer_bytes(const BlockValues& v, int b) { return (2 * v.h + 4 * v.I) * b; }
 }  // namespace
 
-double block_activation_bytes_per_token(const ModelShape& m, const std::string& precision, const std::string& recompute,
+double block_activation_bytes_per_token(const ModelShape& m, StudentPrecision precision, Recompute recompute,
                                         bool closed_form_norms) {
   const BlockValues v = values_of(m);
   const int b = precision_bytes(precision).activation;
-  const double norm_inputs = closed_form_norms && precision == "fp32"
+  const double norm_inputs = closed_form_norms && precision == StudentPrecision::kFp32
                                  ? 4.0 * (2 + v.heads + static_cast<double>(m.kv_heads))
                                  : 4.0 * (2 * v.h + v.q + v.kv);
   const double full = (4 * v.h + 4 * v.q + 3 * v.kv + 4 * v.I) * b + norm_inputs + 4.0 * v.heads;
-  if (recompute == "none") return full;
-  const double norm2_input = closed_form_norms && precision == "fp32" ? 4.0 : 4.0 * v.h;
-  if (recompute == "mlp") return full - norm2_input - mlp_sublayer_bytes(v, b) + v.h * b;
-  if (recompute == "layer") return v.h * b;
-  throw InputError("student.recompute: must be \"none\", \"layer\" or \"mlp\", got \"" + recompute + "\"");
+  if (recompute == Recompute::kNone) return full;
+  const double norm2_input = closed_form_norms && precision == StudentPrecision::kFp32 ? 4.0 : 4.0 * v.h;
+  if (recompute == Recompute::kMlp) return full - norm2_input - mlp_sublayer_bytes(v, b) + v.h * b;
+  return v.h * b;  // Recompute::kLayer
 }
 
 int64_t largest_trainable_params(const ModelShape& m, bool frozen_embedding) {
@@ -63,10 +64,10 @@ StudentMemory student_memory(const StudentMemoryInput& in) {
   out.optimizer = pb.optimizer * trainable;
   const double per_block = block_activation_bytes_per_token(m, in.precision, in.recompute, in.closed_form_norms);
   double rebuilt = 0;  // one block's recomputation during its backward
-  if (in.recompute == "layer") rebuilt = block_activation_bytes_per_token(m, in.precision, "none", in.closed_form_norms);
-  if (in.recompute == "mlp") rebuilt = mlp_sublayer_bytes(values_of(m), pb.activation);
+  if (in.recompute == Recompute::kLayer) rebuilt = block_activation_bytes_per_token(m, in.precision, Recompute::kNone, in.closed_form_norms);
+  if (in.recompute == Recompute::kMlp) rebuilt = mlp_sublayer_bytes(values_of(m), pb.activation);
   // ... and beside what it rebuilt, the MLP's backward holds the gradients of its four I-wide tensors.
-  if (in.recompute != "none") rebuilt += 4.0 * static_cast<double>(m.intermediate) * pb.activation;
+  if (in.recompute != Recompute::kNone) rebuilt += 4.0 * static_cast<double>(m.intermediate) * pb.activation;
   out.activations = (static_cast<double>(m.layers) * per_block + rebuilt) * n;
   // The loss reads the hidden states and returns their gradient (2 x hidden fp32 per token), holds
   // one chunk of rows (the rows and bytes per element its own code picks, train/loss_chunking.h) and
@@ -76,7 +77,7 @@ StudentMemory student_memory(const StudentMemoryInput& in) {
   shape.fused = in.loss_fused;
   shape.full_teacher = in.full_teacher;
   shape.teacher_buffer = in.teacher_chunk;
-  shape.low_precision = in.precision != "fp32";
+  shape.low_precision = in.precision != StudentPrecision::kFp32;
   const int64_t bpe = loss_bytes_per_element(shape);
   const int64_t rows = loss_row_chunk(in.tokens, m.vocab, bpe, in.row_chunk, loss_chunk_budget(in.gpu));
   const bool head_trains = !m.tied || !in.frozen_embedding;
@@ -84,13 +85,13 @@ StudentMemory student_memory(const StudentMemoryInput& in) {
   out.loss = 2.0 * static_cast<double>(m.hidden) * 4.0 * n + static_cast<double>(rows * m.vocab * bpe) +
              (head_trains ? head * (4.0 + (pb.gradient == 4 ? 0.0 : pb.gradient)) : 0.0);
   out.targets = in.target_bytes_per_token * n + in.teacher_head_bytes;
-  if (in.sharding == "none" && in.students > 1) {
+  if (in.sharding == Sharding::kNone && in.students > 1) {
     // The replicated all-reduce copies each bucket's gradients into a flat buffer it reduces in and
     // copies back after the backward (train/gradient_buckets.h): at the end of the backward every
     // bucket's copy exists beside the gradients.
     out.flat_copies = out.gradients;
   }
-  if (in.sharding == "grad_op") {
+  if (in.sharding == Sharding::kGradOp) {
     if (in.students < 1) throw InputError("parallel.students: must be >= 1 to shard over, got " + std::to_string(in.students));
     const double S = static_cast<double>(in.students);
     out.optimizer /= S;
@@ -99,10 +100,11 @@ StudentMemory student_memory(const StudentMemoryInput& in) {
     out.param_shard = out.grad_shard;
     out.bucket = std::max(in.bucket_bytes,
                           pb.master * static_cast<double>(largest_trainable_params(m, in.frozen_embedding)));
-  } else if (in.sharding == "full") {
+  } else if (in.sharding == Sharding::kFull) {
     if (in.students < 1) throw InputError("parallel.students: must be >= 1 to shard over, got " + std::to_string(in.students));
-    if (in.recompute != "layer")
-      throw InputError("parallel.sharding: \"full\" needs student.recompute = \"layer\", got \"" + in.recompute + "\"");
+    if (in.recompute != Recompute::kLayer)
+      throw InputError(std::string("parallel.sharding: \"full\" needs student.recompute = \"layer\", got \"") +
+                       option_name(in.recompute) + "\"");
     const double S = static_cast<double>(in.students);
     const double block = static_cast<double>(block_params(m));
     const double blocks = static_cast<double>(m.layers) * block;
@@ -119,8 +121,6 @@ StudentMemory student_memory(const StudentMemoryInput& in) {
     out.param_shard = 0;  // the update writes the master slices in place
     out.bucket = std::max(in.bucket_bytes,
                           pb.master * static_cast<double>(largest_trainable_params(m, in.frozen_embedding)));
-  } else if (in.sharding != "none") {
-    throw InputError("parallel.sharding: must be \"none\", \"grad_op\" or \"full\", got \"" + in.sharding + "\"");
   }
   return out;
 }
@@ -140,7 +140,7 @@ StudentMemoryInput student_memory_input(const PlanInput& in) {
   s.bucket_bytes = in.bucket_cap_mb * (1 << 20);  // as train/student_trainer.cpp converts it
   // The hidden-state channel: each student holds the teacher's head (bf16 or fp32, as the wire), and
   // the loss makes the teacher's logits a chunk at a time; bf16 logits it widens a chunk at a time.
-  const bool hidden = in.distill.logits == "hidden", full = in.distill.logits == "full";
+  const bool hidden = in.distill.logits == TeacherOutput::kHidden, full = in.distill.logits == TeacherOutput::kFull;
   if (hidden)
     s.teacher_head_bytes = static_cast<double>(in.teacher.vocab * in.teacher.hidden) * float_dtype_bytes(in.distill.channel_dtype);
   s.full_teacher = hidden || full;

@@ -20,7 +20,7 @@ namespace deepen {
 struct PrecisionBytes {
   int master = 4, compute_copy = 0, gradient = 4, optimizer = 8, activation = 4;
 };
-PrecisionBytes precision_bytes(const std::string& precision);  // InputError for another name
+PrecisionBytes precision_bytes(StudentPrecision precision);
 
 // Values saved for backward per token by one decoder block (ops path, model/qwen3.cpp), h = hidden,
 // q = heads·head_dim, kv = kv_heads·head_dim, I = intermediate, b = bytes of the compute dtype:
@@ -49,15 +49,15 @@ PrecisionBytes precision_bytes(const std::string& precision);  // InputError for
 // closed_form_norms: fp32 on CPU with the op-sequence kernels, whose RMSNorms compute their backward
 // in closed form (model/qwen3.cpp) and keep the normalized input and one fp32 scale per row instead
 // of the input: the 4·(2h + q + kv) term becomes 4·(2 + heads + kv_heads) (the rows' scales).
-double block_activation_bytes_per_token(const ModelShape& m, const std::string& precision, const std::string& recompute,
+double block_activation_bytes_per_token(const ModelShape& m, StudentPrecision precision, Recompute recompute,
                                         bool closed_form_norms = false);
 
 // What decides a student rank's memory.
 struct StudentMemoryInput {
   ModelShape student;            // shapes; layers = the depth held (the curriculum's last)
   int64_t tokens = 0;            // per micro-batch: micro_batch × sequence length (documents: max_len)
-  std::string precision = "fp32";
-  std::string recompute = "none";
+  StudentPrecision precision = StudentPrecision::kFp32;
+  Recompute recompute = Recompute::kNone;
   bool frozen_embedding = false; // student.init = "teacher": the embedding has no gradient or state
   // The loss (train/distill_loss.h): its rows per chunk (distill.row_chunk, 0 = from the budget of
   // train/loss_chunking.h, GPU or CPU), its path (the fused CPU kernel: CPU with cpu_kernels other
@@ -74,7 +74,7 @@ struct StudentMemoryInput {
   // parallel.sharding: "none" (every student holds the whole AdamW state) | "grad_op" (the moments
   // split over the `students` ranks, train/sharded_adamw.h) | "full" (the blocks' parameters and
   // every micro-batch's gradients too), and parallel.bucket_cap_mb in bytes.
-  std::string sharding = "none";
+  Sharding sharding = Sharding::kNone;
   int64_t students = 1;
   double bucket_bytes = 32.0 * (1 << 20);
   // The student runs fp32 on CPU with cpu_kernels = "aten" (block_activation_bytes_per_token).

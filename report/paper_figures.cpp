@@ -20,16 +20,10 @@ std::string quoted(const std::string& s) {
   return out + "'";
 }
 
-const RoleSummary* role_of(const Report& r, const std::string& role) {
-  for (const auto& s : r.roles)
-    if (s.role == role) return &s;
-  return nullptr;
-}
-
 // Pre-norm dashed, post-norm solid; one colour per kind (as val_ce).
 std::string style(const RoleSummary& s) {
   const std::string color = kind_color(s.kind);
-  return std::string("dt ") + (s.norm == "pre" ? "2" : "1") + " lw 2 lc rgb '" + color + "'";
+  return std::string("dt ") + (s.norm == NormPlacement::kPre ? "2" : "1") + " lw 2 lc rgb '" + color + "'";
 }
 
 std::string append_arrows(const RunData& run) {
@@ -44,13 +38,13 @@ std::string append_arrows(const RunData& run) {
 std::optional<Figure> interaction_figure(const Report& r) {
   std::ostringstream dat;
   bool any = false;
-  for (const char* norm : {"pre", "post"}) {
-    dat << "# " << norm << ": x curriculum val_ce_mean val_ce_std\n";
-    for (auto [x, kind] : {std::pair{0, "joint"}, std::pair{1, "grow"}}) {
-      const RoleSummary* s = role_of(r, std::string(norm) + "-" + kind);
+  for (const NormPlacement norm : {NormPlacement::kPre, NormPlacement::kPost}) {
+    dat << "# " << option_name(norm) << ": x curriculum val_ce_mean val_ce_std\n";
+    for (auto [x, kind] : {std::pair{0, RunKind::kJoint}, std::pair{1, RunKind::kGrow}}) {
+      const RoleSummary* s = find_role(r, norm, kind);
       if (!s) continue;
       any = true;
-      dat << x << " " << kind << " " << plot_number(s->val_ce.mean) << " " << plot_number(s->val_ce.std.value_or(0)) << "\n";
+      dat << x << " " << option_name(kind) << " " << plot_number(s->val_ce.mean) << " " << plot_number(s->val_ce.std.value_or(0)) << "\n";
     }
     dat << "\n\n";
   }
@@ -69,19 +63,19 @@ std::optional<Figure> crossover_figure(const Report& r) {
   std::ostringstream dat, plot;
   int index = 0;
   const RunData* marks = nullptr;
-  for (const char* kind : {"grow", "freeze", "joint"}) {
-    const RoleSummary *pre = role_of(r, std::string("pre-") + kind), *post = role_of(r, std::string("post-") + kind);
+  for (const RunKind kind : {RunKind::kGrow, RunKind::kFreeze, RunKind::kJoint}) {
+    const RoleSummary *pre = find_role(r, NormPlacement::kPre, kind), *post = find_role(r, NormPlacement::kPost, kind);
     if (!pre || !post) continue;
     const auto a = mean_curve(*post), b = mean_curve(*pre);
     std::map<int64_t, double> pre_at;
     for (const auto& p : b) pre_at[p.step] = p.val_ce;
-    dat << "# " << kind << ": step post_minus_pre\n";
+    dat << "# " << option_name(kind) << ": step post_minus_pre\n";
     for (const auto& p : a)
       if (auto it = pre_at.find(p.step); it != pre_at.end()) dat << p.step + 1 << " " << plot_number(p.val_ce - it->second) << "\n";
     dat << "\n\n";
     plot << (index ? ", \\\n     " : "") << "'fig3b_crossover.dat' index " << index << " using 1:2 with linespoints pt 7 ps 0.5 "
-         << style(*post) << " title " << quoted(std::string("post - pre, ") + kind);
-    if (std::string(kind) == "grow") marks = post->runs.front();
+         << style(*post) << " title " << quoted(std::string("post - pre, ") + option_name(kind));
+    if (kind == RunKind::kGrow) marks = post->runs.front();
     ++index;
   }
   if (index == 0) return std::nullopt;
@@ -96,7 +90,7 @@ std::optional<Figure> crossover_figure(const Report& r) {
 std::vector<const RoleSummary*> diagnosed(const Report& r) {
   std::vector<const RoleSummary*> out;
   for (const auto& s : r.roles) {
-    if (s.runs.empty() || (s.kind != "grow" && s.kind != "freeze")) continue;
+    if (s.runs.empty() || !appends_blocks(s.kind)) continue;
     const auto& d = s.runs.front()->diagnostics;
     if (std::any_of(d.begin(), d.end(), [](const DiagnosticPoint& p) { return !p.block_rms.empty(); })) out.push_back(&s);
   }

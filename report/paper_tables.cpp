@@ -21,7 +21,7 @@ int64_t layer_steps(const RunData& r) {
   return sum;
 }
 
-// PAPER.md "Reported results" (validation CE at the scheduled end points) and "Diagnostics".
+// docs/protocol.md, "Published results" (validation CE at the scheduled end points) and "Diagnostics".
 constexpr double kPreJoint = 2.7603, kPostJoint = 2.7607, kPreGrow = 2.7658, kPostGrow = 2.7330;
 constexpr double kDeltaJoint = 0.0004, kDeltaGrow = -0.0328, kInteraction = -0.0332;
 constexpr double kPostJointLong = 2.7518, kPostJointLonger = 2.7428;
@@ -40,12 +40,6 @@ std::string stat_text(const Stat& s, int digits = 4, bool sign = false) {
 const EvalPoint* phase_zero_end(const RunData& run) {
   for (const EvalPoint& e : run.evals)
     if (e.stage == 0 && e.stage_end) return &e;
-  return nullptr;
-}
-
-const RoleSummary* role_of(const Report& r, const std::string& role) {
-  for (const auto& s : r.roles)
-    if (s.role == role) return &s;
   return nullptr;
 }
 
@@ -93,8 +87,8 @@ bool matches_paper_config(const RunData& run) {
 }
 
 std::optional<Interaction> interaction(const Report& report) {
-  const RoleSummary *pj = role_of(report, "pre-joint"), *qj = role_of(report, "post-joint"),
-                    *pg = role_of(report, "pre-grow"), *qg = role_of(report, "post-grow");
+  const RoleSummary *pj = find_role(report, NormPlacement::kPre, RunKind::kJoint), *qj = find_role(report, NormPlacement::kPost, RunKind::kJoint),
+                    *pg = find_role(report, NormPlacement::kPre, RunKind::kGrow), *qg = find_role(report, NormPlacement::kPost, RunKind::kGrow);
   if (!pj || !qj || !pg || !qg) return std::nullopt;
   Interaction out;
   out.delta_joint = qj->val_ce.mean - pj->val_ce.mean;
@@ -114,7 +108,7 @@ std::optional<Interaction> interaction(const Report& report) {
 std::vector<RoleTransitions> transition_table(const Report& report) {
   std::vector<RoleTransitions> out;
   for (const auto& s : report.roles) {
-    if (s.kind != "grow" && s.kind != "freeze") continue;
+    if (!appends_blocks(s.kind)) continue;
     std::vector<std::vector<TransitionLoss>> per_run;
     for (const RunData* r : s.runs)
       if (!r->train_loss.empty() && r->stage_depths.size() == r->stage_steps.size())
@@ -153,8 +147,8 @@ std::string paper_tables_markdown(const Report& r) {
 
   // ---- Table 1 ----
   md << "\n## Table 1: normalization × curriculum (validation CE)\n\n";
-  const RoleSummary *pj = role_of(r, "pre-joint"), *qj = role_of(r, "post-joint"), *pg = role_of(r, "pre-grow"),
-                    *qg = role_of(r, "post-grow");
+  const RoleSummary *pj = find_role(r, NormPlacement::kPre, RunKind::kJoint), *qj = find_role(r, NormPlacement::kPost, RunKind::kJoint), *pg = find_role(r, NormPlacement::kPre, RunKind::kGrow),
+                    *qg = find_role(r, NormPlacement::kPost, RunKind::kGrow);
   const auto cell = [](const RoleSummary* s) { return s ? stat_text(s->val_ce) + " (n=" + std::to_string(s->val_ce.n) + ")" : std::string("—"); };
   md << "| norm | joint | paper | grow | paper |\n|---|---|---|---|---|\n"
      << "| pre | " << cell(pj) << " | " << fixed(kPreJoint) << " | " << cell(pg) << " | " << fixed(kPreGrow) << " |\n"
@@ -179,7 +173,7 @@ std::string paper_tables_markdown(const Report& r) {
 
   // ---- Table 2 ----
   md << "\n## Table 2: single block (validation CE, KD, perplexity)\n\n";
-  const RoleSummary *ps = role_of(r, "pre-single-block"), *qs = role_of(r, "post-single-block");
+  const RoleSummary *ps = find_role(r, NormPlacement::kPre, RunKind::kSingleBlock), *qs = find_role(r, NormPlacement::kPost, RunKind::kSingleBlock);
   if (ps || qs) {
     md << "| norm | val CE | paper | KD | paper | PPL | paper |\n|---|---|---|---|---|---|---|\n";
     for (auto [s, name, ce, kd, ppl] : {std::tuple{ps, "pre", kPreSingleCe, kPreSingleKd, kPreSinglePpl},
@@ -223,8 +217,8 @@ std::string paper_tables_markdown(const Report& r) {
          << stat_text(stat(p), 2) << " | " << fixed(ppl, 2) << " |\n";
     }
     const RoleSummary* g = pg ? pg : qg;
-    if (g->runs.front()->config.curriculum.phase_policy != "reset")
-      md << "\nThese grow runs carry state across phases (phase_policy = \"" << g->runs.front()->config.curriculum.phase_policy
+    if (g->runs.front()->config.curriculum.phase_policy != PhasePolicy::kReset)
+      md << "\nThese grow runs carry state across phases (phase_policy = \"" << option_name(g->runs.front()->config.curriculum.phase_policy)
          << "\"): their phase 0 ran under the whole run's LR schedule, so it is not the paper's single-block run.\n";
     md << config_note({g});
   } else {
@@ -237,7 +231,7 @@ std::string paper_tables_markdown(const Report& r) {
   for (const auto& s : r.roles)
     // Every joint control (joint, joint-matched, and any later joint-* kind) beside post-grow; which of
     // the paper's controls each one is comes from its budget below, not from its kind's name.
-    if (s.norm == "post" && (s.kind.rfind("joint", 0) == 0 || s.kind == "grow")) t3.push_back(&s);
+    if (s.norm == NormPlacement::kPost && (is_joint_control(s.kind) || s.kind == RunKind::kGrow)) t3.push_back(&s);
   if (!t3.empty()) {
     md << "| role | steps | tokens (total) | active-layer tokens | val CE | paper | paper run |\n"
        << "|---|---|---|---|---|---|---|\n";
@@ -245,7 +239,7 @@ std::string paper_tables_markdown(const Report& r) {
       std::string paper = "—", paper_run = "—";
       const RunData& run = *s->runs.front();
       // Which of the paper's controls this is, by its budget against post-grow's (within one step).
-      if (s->kind == "grow") {
+      if (s->kind == RunKind::kGrow) {
         paper = fixed(kPostGrow), paper_run = "post-grow";
       } else if (qg && !run.stage_steps.empty() && !qg->runs.front()->stage_steps.empty() &&
                  run.config.curriculum.budget.empty()) {
@@ -265,7 +259,7 @@ std::string paper_tables_markdown(const Report& r) {
           paper = fixed(kPostJointLong), paper_run = "post-joint-long (active-layer tokens matched)";
         else if (std::llabs(s->tokens - qg->tokens) <= run.tokens_per_step)
           paper = fixed(kPostJointLonger), paper_run = "post-joint-longer (total tokens matched)";
-        else if (s->kind != "grow")
+        else if (s->kind != RunKind::kGrow)
           paper = fixed(kPostJoint), paper_run = "post-joint (unique tokens matched)";
       }
       md << "| " << s->role << " | " << thousands(s->steps) << " | " << thousands(s->tokens) << " | "
@@ -320,7 +314,7 @@ std::string paper_tables_markdown(const Report& r) {
 
   // ---- Table A3 ----
   md << "\n## Table A3: freeze vs grow (validation CE)\n\n";
-  const RoleSummary *pf = role_of(r, "pre-freeze"), *qf = role_of(r, "post-freeze");
+  const RoleSummary *pf = find_role(r, NormPlacement::kPre, RunKind::kFreeze), *qf = find_role(r, NormPlacement::kPost, RunKind::kFreeze);
   if (pf || qf) {
     md << "| norm | grow | freeze | paper freeze | freeze − grow |\n|---|---|---|---|---|\n";
     for (auto [f, g, name, paper] : {std::tuple{pf, pg, "pre", kPreFreeze}, std::tuple{qf, qg, "post", kPostFreeze}}) {
@@ -345,7 +339,8 @@ std::string paper_tables_markdown(const Report& r) {
     md << "Jump = loss at the first step at the new depth − baseline (mean loss over the smoothing window before "
           "the append); AUC = Σ (loss − baseline) over the short / long window (loss × steps); recovery = steps "
           "until the smoothed loss is back at the baseline. Windows scale with the phase: the paper's 1k / 5k / 200 "
-          "steps of a 50k-step phase are 2 % / 10 % / 0.4 % of it. The paper gives no values in PAPER.md.\n\n"
+          "steps of a 50k-step phase are 2 % / 10 % / 0.4 % of it. The paper gives no values for them "
+          "(docs/protocol.md, \"Diagnostics\").\n\n"
        << "| role | append at step | windows (short/long/smooth) | jump | AUC short | AUC long | recovery steps |\n"
        << "|---|---|---|---|---|---|---|\n";
     for (const auto& t : tt)
@@ -376,7 +371,7 @@ std::string paper_tables_markdown(const Report& r) {
   if (!rs.str().empty()) {
     md << "Per-token RMS of the residual stream at the last block boundary (what an appended block receives), "
           "first seed; document-boundary tokens = each row's first position, every <|endoftext|> and the position "
-          "after it (# ASSUMPTION, curriculum/block_boundary_rms.h). Paper: pre-norm std 5.81 → 19.98, kurtosis > "
+          "after it (# ASSUMPTION, diagnostics/block_boundary_rms.h). Paper: pre-norm std 5.81 → 19.98, kurtosis > "
           "2400, document-boundary 119 → 425 vs regular 7.1 → 11.5; post-norm std 0.07–0.19, both types < 2.5.\n\n"
        << "| role | after step | depth | mean | std | kurtosis | document-boundary mean | regular mean |\n"
        << "|---|---|---|---|---|---|---|---|\n"

@@ -1,4 +1,4 @@
-// The paper's tables (PAPER.md "Reported results" and "Diagnostics") from a report's runs, with the
+// The paper's tables (docs/protocol.md, "Published results" and "Diagnostics") from a report's runs, with the
 // published numbers beside ours: Tables 1-4, A3 and A4.
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "curriculum/transition_loss.h"
+#include "diagnostics/transition_loss.h"
 #include "report/report.h"
 
 namespace deepen {

@@ -31,7 +31,7 @@ using nlohmann::json;
 
 namespace {
 
-// A per-class map, either bare ({"first": 1.2, ...}) or curriculum/boundary_diagnostics.h's
+// A per-class map, either bare ({"first": 1.2, ...}) or diagnostics/boundary_diagnostics.h's
 // ClassMeans ({"mean": {...}, "tokens": {...}}).
 ClassValues class_values(const json& j) {
   ClassValues out;
@@ -57,18 +57,6 @@ std::string stat_text(const Stat& s) {
   return fixed(s.mean) + (s.std ? " ± " + fixed(*s.std) : "");
 }
 
-// The order roles appear in the table: the paper's core runs first, then the controls.
-int kind_rank(const std::string& kind) {
-  static const std::vector<std::string> order = {"joint", "grow", "joint-matched", "joint-long", "joint-longer", "single-block", "freeze"};
-  auto it = std::find(order.begin(), order.end(), kind);
-  return it == order.end() ? static_cast<int>(order.size()) + (kind == "pretrain") : static_cast<int>(it - order.begin());
-}
-
-const RoleSummary* find_role(const Report& r, const std::string& role) {
-  for (const auto& s : r.roles)
-    if (s.role == role) return &s;
-  return nullptr;
-}
 
 double final_ce(const RunData& r) { return r.evals.back().val_ce; }
 
@@ -139,7 +127,7 @@ DiagnosticPoint parse_diagnostic(const std::string& text) {
   d.stage = j.value("stage", 0);
   d.depth = j.value("depth", int64_t{0});
   d.event = j.value("event", std::string());
-  // curriculum/boundary_diagnostics.h's ResidualScale ({"entering": [...], "boundary": ...}) and
+  // diagnostics/boundary_diagnostics.h's ResidualScale ({"entering": [...], "boundary": ...}) and
   // IdentityMapping ({"relative_change": ..., "cosine": ...}), under whatever key the trainer uses.
   for (auto it = j.begin(); it != j.end(); ++it) {
     const json& v = it.value();
@@ -262,27 +250,6 @@ RunData load_run(const std::string& dir) {
   return r;
 }
 
-std::string run_kind(const Config& cfg, const std::string& teacher, int64_t full_depth) {
-  if (teacher.rfind("none", 0) == 0) return "pretrain";
-  const auto& cur = cfg.curriculum;
-  if (cur.mode == "grow") return cur.freeze_prefix ? "freeze" : "grow";
-  if (!cur.budget.empty()) return "joint-matched";
-  if (cfg.student.layers < full_depth) return "single-block";
-  if (cur.stages.size() == 1) return "joint";
-  return cur.stages.size() == 2 ? "joint-long" : "joint-longer";
-}
-
-std::string kind_color(const std::string& kind) {
-  if (kind == "joint") return "#1f77b4";
-  if (kind == "grow") return "#d62728";
-  if (kind == "joint-matched") return "#2ca02c";
-  if (kind == "joint-long") return "#17becf";
-  if (kind == "joint-longer") return "#8c564b";
-  if (kind == "single-block") return "#9467bd";
-  if (kind == "freeze") return "#ff7f0e";
-  return "#7f7f7f";
-}
-
 Stat stat(const std::vector<double>& values) {
   Stat s;
   s.n = static_cast<int>(values.size());
@@ -323,33 +290,35 @@ std::vector<CurvePoint> mean_curve(const RoleSummary& role) {
   return out;
 }
 
-Report build_report(const std::vector<RunData>& runs) {
-  Report report;
-  // The study's full depth: the deepest student among the distilled runs (a pretrained teacher in the
-  // same folder is deeper and does not count).
-  int64_t full_depth = 0;
-  for (const auto& r : runs)
-    if (run_kind(r.config, r.teacher, 0) != "pretrain") full_depth = std::max(full_depth, r.config.student.layers);
+namespace {
 
-  // Group by role, then by experiment signature (the first signature keeps the plain role name).
-  std::map<std::string, std::vector<std::pair<uint64_t, std::vector<const RunData*>>>> groups;
+// Runs grouped by role, then by experiment signature (a role's first signature keeps the plain role
+// name); a run of the same experiment and seed on another layout stands aside (the scaling section).
+struct RoleGroup {
+  NormPlacement norm;
+  RunKind kind;
+  std::vector<std::pair<uint64_t, std::vector<const RunData*>>> signatures;
+};
+
+std::vector<RoleGroup> group_by_role(const std::vector<RunData>& runs, int64_t full_depth, std::vector<std::string>& notes) {
+  std::vector<RoleGroup> groups;
   std::map<std::string, int> layout_repeats;  // run dir -> runs on other layouts it stands for
   for (const auto& r : runs) {
     if (r.evals.empty()) {
-      report.notes.push_back(r.dir + ": no eval records yet, left out");
+      notes.push_back(r.dir + ": no eval records yet, left out");
       continue;
     }
-    const std::string role = r.config.student.norm + "-" + run_kind(r.config, r.teacher, full_depth);
-    auto& sigs = groups[role];
+    const NormPlacement norm = r.config.student.norm;
+    const RunKind kind = run_kind(r.config, r.teacher, full_depth);
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const RoleGroup& g) { return g.norm == norm && g.kind == kind; });
+    if (group == groups.end()) group = groups.insert(groups.end(), RoleGroup{norm, kind, {}});
+    auto& sigs = group->signatures;
     const uint64_t sig = experiment_signature(r.config);
     auto it = std::find_if(sigs.begin(), sigs.end(), [&](const auto& g) { return g.first == sig; });
-    if (it == sigs.end()) {
-      sigs.push_back({sig, {}});
-      it = sigs.end() - 1;
-    }
+    if (it == sigs.end()) it = sigs.insert(sigs.end(), {sig, {}});
     // The same experiment and seed on another layout (a layout sweep, or the same T, P, S in
     // another rank order or sharding): one run stands for the seed in the tables; the others are
-    // in the scaling section. The same seed on the same layout is a repeat (noted below).
+    // in the scaling section. The same seed on the same layout is a repeat (noted later).
     const auto same_seed = std::find_if(it->second.begin(), it->second.end(), [&](const RunData* o) {
       return o->config.run.seed == r.config.run.seed && layout_label(o->config.parallel) != layout_label(r.config.parallel);
     });
@@ -360,56 +329,53 @@ Report build_report(const std::vector<RunData>& runs) {
     it->second.push_back(&r);
   }
   for (const auto& [dir, n] : layout_repeats)
-    report.notes.push_back(dir + ": stands for " + std::to_string(n) + " run(s) of the same experiment and seed on " +
-                           "other layouts (see the scaling section)");
-  for (auto& [role, sigs] : groups) {
-    for (size_t g = 0; g < sigs.size(); ++g) {
-      auto members = sigs[g].second;
-      std::sort(members.begin(), members.end(),
-                [](const RunData* a, const RunData* b) { return a->config.run.seed < b->config.run.seed; });
-      RoleSummary s;
-      s.role = g == 0 ? role : role + " (" + members.front()->config.run.name + ")";
-      s.norm = members.front()->config.student.norm;
-      s.kind = run_kind(members.front()->config, members.front()->teacher, full_depth);
-      s.runs = members;
-      std::vector<double> ce, kl;
-      std::set<int64_t> seen;
-      for (const RunData* r : members) {
-        s.seeds.push_back(r->config.run.seed);
-        if (!seen.insert(r->config.run.seed).second)
-          report.notes.push_back(s.role + ": seed " + std::to_string(r->config.run.seed) + " appears twice (" + r->dir + ")");
-        ce.push_back(final_ce(*r));
-        if (r->evals.back().val_kl) kl.push_back(*r->evals.back().val_kl);
-        s.complete &= r->complete;
-        if (!r->complete)
-          report.notes.push_back(r->dir + ": unfinished (" + std::to_string(r->evals.back().step + 1) + " of " +
-                                 std::to_string(r->total_steps) + " steps); its last eval record is used");
-      }
-      s.val_ce = stat(ce);
-      if (kl.size() == members.size()) s.val_kl = stat(kl);
-      const EvalPoint& last = members.front()->evals.back();
-      s.steps = last.step + 1;
-      s.tokens = last.tokens;
-      s.active_layer_tokens = last.active_layer_tokens;
-      if (g > 0)
-        report.notes.push_back(s.role + ": same role as " + role +
-                               " but a different configuration (beyond run name, folder, seed); kept apart");
-      report.roles.push_back(std::move(s));
-    }
-  }
-  std::stable_sort(report.roles.begin(), report.roles.end(), [](const RoleSummary& a, const RoleSummary& b) {
-    if (kind_rank(a.kind) != kind_rank(b.kind)) return kind_rank(a.kind) < kind_rank(b.kind);
-    if (a.norm != b.norm) return a.norm == "pre";  // pre before post
-    return a.role < b.role;
-  });
+    notes.push_back(dir + ": stands for " + std::to_string(n) + " run(s) of the same experiment and seed on " +
+                    "other layouts (see the scaling section)");
+  return groups;
+}
 
-  // Comparisons, where both roles are present.
-  auto compare = [&](const std::string& name, const std::string& a, const std::string& b, const std::string& question,
+// One configuration of one role over its seeds: final CE and KL statistics, steps and tokens.
+RoleSummary summarize_role(std::vector<const RunData*> members, const std::string& role, NormPlacement norm,
+                           RunKind kind, std::vector<std::string>& notes) {
+  std::sort(members.begin(), members.end(),
+            [](const RunData* a, const RunData* b) { return a->config.run.seed < b->config.run.seed; });
+  RoleSummary s;
+  s.role = role;
+  s.norm = norm;
+  s.kind = kind;
+  s.runs = members;
+  std::vector<double> ce, kl;
+  std::set<int64_t> seen;
+  for (const RunData* r : members) {
+    s.seeds.push_back(r->config.run.seed);
+    if (!seen.insert(r->config.run.seed).second)
+      notes.push_back(s.role + ": seed " + std::to_string(r->config.run.seed) + " appears twice (" + r->dir + ")");
+    ce.push_back(final_ce(*r));
+    if (r->evals.back().val_kl) kl.push_back(*r->evals.back().val_kl);
+    s.complete &= r->complete;
+    if (!r->complete)
+      notes.push_back(r->dir + ": unfinished (" + std::to_string(r->evals.back().step + 1) + " of " +
+                      std::to_string(r->total_steps) + " steps); its last eval record is used");
+  }
+  s.val_ce = stat(ce);
+  if (kl.size() == members.size()) s.val_kl = stat(kl);
+  const EvalPoint& last = members.front()->evals.back();
+  s.steps = last.step + 1;
+  s.tokens = last.tokens;
+  s.active_layer_tokens = last.active_layer_tokens;
+  return s;
+}
+
+// Every comparison the study asks for whose two roles are present.
+void add_comparisons(Report& report) {
+  using K = RunKind;
+  constexpr NormPlacement pre = NormPlacement::kPre, post = NormPlacement::kPost;
+  auto compare = [&](const std::string& name, NormPlacement na, K ka, NormPlacement nb, K kb, const std::string& question,
                      std::optional<double> paper = std::nullopt) {
-    const RoleSummary* ra = find_role(report, a);
-    const RoleSummary* rb = find_role(report, b);
+    const RoleSummary* ra = find_role(report, na, ka);
+    const RoleSummary* rb = find_role(report, nb, kb);
     if (!ra || !rb) return;
-    Comparison c{name, a, b, question, ra->val_ce.mean - rb->val_ce.mean, std::nullopt, paper};
+    Comparison c{name, ra->role, rb->role, question, ra->val_ce.mean - rb->val_ce.mean, std::nullopt, paper};
     std::vector<double> diffs;
     for (const RunData* x : ra->runs)
       for (const RunData* y : rb->runs)
@@ -417,72 +383,109 @@ Report build_report(const std::vector<RunData>& runs) {
     if (!diffs.empty()) c.paired = stat(diffs);
     report.comparisons.push_back(c);
   };
-  compare("joint: post − pre", "post-joint", "pre-joint",
+  compare("joint: post − pre", post, K::kJoint, pre, K::kJoint,
           "does placement matter when every block trains from step 0? (paper: 0.0004 apart)", 0.0004);
-  compare("grow: post − pre", "post-grow", "pre-grow",
+  compare("grow: post − pre", post, K::kGrow, pre, K::kGrow,
           "does placement matter under the growth curriculum? (paper: post-norm better by 0.0328)", -0.0328);
-  compare("matched: post-grow − post-joint-matched", "post-grow", "post-joint-matched",
+  compare("matched: post-grow − post-joint-matched", post, K::kGrow, post, K::kJointMatched,
           "is growth's result just different compute? (same active-layer tokens)");
-  compare("matched: pre-grow − pre-joint-matched", "pre-grow", "pre-joint-matched",
-          "the same for pre-norm");
-  compare("single-block: post − pre", "post-single-block", "pre-single-block",
+  compare("matched: pre-grow − pre-joint-matched", pre, K::kGrow, pre, K::kJointMatched, "the same for pre-norm");
+  compare("single-block: post − pre", post, K::kSingleBlock, pre, K::kSingleBlock,
           "does post-norm simply make a better shallow block? (near 0: no)");
-  compare("freeze: post − pre", "post-freeze", "pre-freeze",
+  compare("freeze: post − pre", post, K::kFreeze, pre, K::kFreeze,
           "does the post-norm gain come from retraining the prefix? (gain kept under freeze: no)");
-  compare("post: grow − joint", "post-grow", "post-joint", "the curriculum's effect on post-norm");
-  compare("pre: grow − joint", "pre-grow", "pre-joint", "the curriculum's effect on pre-norm");
-  compare("post: freeze − grow", "post-freeze", "post-grow", "what retraining the prefix is worth (post-norm)");
-  compare("pre: freeze − grow", "pre-freeze", "pre-grow", "what retraining the prefix is worth (pre-norm)");
+  compare("post: grow − joint", post, K::kGrow, post, K::kJoint, "the curriculum's effect on post-norm");
+  compare("pre: grow − joint", pre, K::kGrow, pre, K::kJoint, "the curriculum's effect on pre-norm");
+  compare("post: freeze − grow", post, K::kFreeze, post, K::kGrow, "what retraining the prefix is worth (post-norm)");
+  compare("pre: freeze − grow", pre, K::kFreeze, pre, K::kGrow, "what retraining the prefix is worth (pre-norm)");
+}
 
-  // Phase-wise crossover per kind with both placements.
-  for (const std::string kind : {"grow", "freeze", "joint"}) {
-    const RoleSummary* pre = find_role(report, "pre-" + kind);
-    const RoleSummary* post = find_role(report, "post-" + kind);
+std::vector<double> ce_between(const std::vector<CurvePoint>& v, size_t lo, size_t hi) {
+  std::vector<double> out;
+  for (size_t i = lo; i < hi; ++i) out.push_back(v[i].val_ce);
+  return out;
+}
+
+// The pre/post crossover of one kind, from the two mean curves at their common eval steps.
+std::optional<Crossover> crossover(const RoleSummary& pre, const RoleSummary& post) {
+  const auto cpre = mean_curve(pre);
+  const auto cpost = mean_curve(post);
+  std::vector<CurvePoint> a, b;  // post, pre at common steps
+  for (const auto& p : cpost) {
+    auto it = std::find_if(cpre.begin(), cpre.end(), [&](const CurvePoint& q) { return q.step == p.step; });
+    if (it != cpre.end()) {
+      a.push_back(p);
+      b.push_back(*it);
+    }
+  }
+  if (a.empty()) return std::nullopt;
+  Crossover x;
+  x.kind = post.kind;
+  x.eval_points = static_cast<int64_t>(a.size());
+  if (auto from = stays_ahead_from(ce_between(a, 0, a.size()), ce_between(b, 0, b.size()))) {
+    x.post_ahead_from_step = a[*from].step;
+    x.post_ahead_from_tokens = a[*from].tokens;
+  }
+  const RunData& ref = *post.runs.front();
+  for (size_t lo = 0, hi = 0; lo < a.size(); lo = hi) {
+    while (hi < a.size() && a[hi].stage == a[lo].stage) ++hi;
+    StageCrossover s;
+    s.stage = a[lo].stage;
+    s.depth = s.stage < static_cast<int>(ref.stage_depths.size()) ? ref.stage_depths[static_cast<size_t>(s.stage)] : 0;
+    s.first_step = a[lo].step;
+    s.last_step = a[hi - 1].step;
+    s.post_ce = a[hi - 1].val_ce;
+    s.pre_ce = b[hi - 1].val_ce;
+    s.leader = s.post_ce < s.pre_ce ? "post" : s.pre_ce < s.post_ce ? "pre" : "tie";
+    if (auto from = stays_ahead_from(ce_between(a, lo, hi), ce_between(b, lo, hi))) {
+      s.post_ahead_from_step = a[lo + *from].step;
+      s.post_ahead_from_tokens = a[lo + *from].tokens;
+    }
+    x.stages.push_back(s);
+  }
+  return x;
+}
+
+}  // namespace
+
+const RoleSummary* find_role(const Report& report, NormPlacement norm, RunKind kind) {
+  const std::string plain = role_name(norm, kind);
+  for (const auto& s : report.roles)
+    if (s.role == plain) return &s;
+  return nullptr;
+}
+
+Report build_report(const std::vector<RunData>& runs) {
+  Report report;
+  // The study's full depth: the deepest student among the distilled runs (a pretrained teacher in the
+  // same folder is deeper and does not count).
+  int64_t full_depth = 0;
+  for (const auto& r : runs)
+    if (run_kind(r.config, r.teacher, 0) != RunKind::kPretrain) full_depth = std::max(full_depth, r.config.student.layers);
+
+  for (const RoleGroup& group : group_by_role(runs, full_depth, report.notes)) {
+    const std::string role = role_name(group.norm, group.kind);
+    for (size_t g = 0; g < group.signatures.size(); ++g) {
+      const auto& members = group.signatures[g].second;
+      const std::string name = g == 0 ? role : role + " (" + members.front()->config.run.name + ")";
+      if (g > 0)
+        report.notes.push_back(name + ": same role as " + role +
+                               " but a different configuration (beyond run name, folder, seed); kept apart");
+      report.roles.push_back(summarize_role(members, name, group.norm, group.kind, report.notes));
+    }
+  }
+  // Table order: the kinds' order (core runs, controls, pretraining), pre before post, then by name.
+  std::stable_sort(report.roles.begin(), report.roles.end(), [](const RoleSummary& a, const RoleSummary& b) {
+    if (a.kind != b.kind) return a.kind < b.kind;
+    if (a.norm != b.norm) return a.norm == NormPlacement::kPre;
+    return a.role < b.role;
+  });
+  add_comparisons(report);
+  for (const RunKind kind : {RunKind::kGrow, RunKind::kFreeze, RunKind::kJoint}) {
+    const RoleSummary* pre = find_role(report, NormPlacement::kPre, kind);
+    const RoleSummary* post = find_role(report, NormPlacement::kPost, kind);
     if (!pre || !post) continue;
-    const auto cpre = mean_curve(*pre);
-    const auto cpost = mean_curve(*post);
-    std::vector<CurvePoint> a, b;  // post, pre at common steps
-    for (const auto& p : cpost) {
-      auto it = std::find_if(cpre.begin(), cpre.end(), [&](const CurvePoint& q) { return q.step == p.step; });
-      if (it != cpre.end()) {
-        a.push_back(p);
-        b.push_back(*it);
-      }
-    }
-    if (a.empty()) continue;
-    Crossover x;
-    x.kind = kind;
-    x.eval_points = static_cast<int64_t>(a.size());
-    auto ce = [](const std::vector<CurvePoint>& v, size_t lo, size_t hi) {
-      std::vector<double> out;
-      for (size_t i = lo; i < hi; ++i) out.push_back(v[i].val_ce);
-      return out;
-    };
-    if (auto from = stays_ahead_from(ce(a, 0, a.size()), ce(b, 0, b.size()))) {
-      x.post_ahead_from_step = a[*from].step;
-      x.post_ahead_from_tokens = a[*from].tokens;
-    }
-    size_t lo = 0;
-    while (lo < a.size()) {
-      size_t hi = lo;
-      while (hi < a.size() && a[hi].stage == a[lo].stage) ++hi;
-      StageCrossover s;
-      s.stage = a[lo].stage;
-      const RunData& ref = *post->runs.front();
-      s.depth = s.stage < static_cast<int>(ref.stage_depths.size()) ? ref.stage_depths[static_cast<size_t>(s.stage)] : 0;
-      s.first_step = a[lo].step;
-      s.last_step = a[hi - 1].step;
-      s.post_ce = a[hi - 1].val_ce;
-      s.pre_ce = b[hi - 1].val_ce;
-      s.leader = s.post_ce < s.pre_ce ? "post" : s.pre_ce < s.post_ce ? "pre" : "tie";
-      if (auto from = stays_ahead_from(ce(a, lo, hi), ce(b, lo, hi))) {
-        s.post_ahead_from_step = a[lo + *from].step;
-        s.post_ahead_from_tokens = a[lo + *from].tokens;
-      }
-      x.stages.push_back(s);
-      lo = hi;
-    }
-    report.crossovers.push_back(x);
+    if (auto x = crossover(*pre, *post)) report.crossovers.push_back(*x);
   }
   return report;
 }
@@ -519,7 +522,7 @@ std::string report_markdown(const Report& r) {
     }
   }
   for (const auto& x : r.crossovers) {
-    md << "\n## Phase-wise crossover: pre-" << x.kind << " vs post-" << x.kind << "\n\n"
+    md << "\n## Phase-wise crossover: pre-" << option_name(x.kind) << " vs post-" << option_name(x.kind) << "\n\n"
        << "Mean over seeds at each common eval step (" << x.eval_points << " points). Per stage: who leads at "
        << "the stage's last eval point, and the step from which post-norm stays ahead until the stage end.\n\n"
        << "| stage | depth | eval steps | pre val CE | post val CE | leads | post − pre | post ahead from step (tokens) |\n"
@@ -560,7 +563,7 @@ std::string report_csv(const Report& r) {
   for (const auto& s : r.roles) {
     std::string seeds;
     for (int64_t x : s.seeds) seeds += (seeds.empty() ? "" : " ") + std::to_string(x);
-    csv << s.role << "," << s.norm << "," << s.kind << "," << s.val_ce.n << "," << seeds << ","
+    csv << s.role << "," << option_name(s.norm) << "," << option_name(s.kind) << "," << s.val_ce.n << "," << seeds << ","
         << precise(s.val_ce.mean) << "," << (s.val_ce.std ? precise(*s.val_ce.std) : "") << ","
         << (s.val_kl ? precise(s.val_kl->mean) : "") << "," << (s.val_kl && s.val_kl->std ? precise(*s.val_kl->std) : "")
         << "," << s.steps << "," << s.tokens << "," << s.active_layer_tokens << "," << (s.complete ? 1 : 0) << "\n";

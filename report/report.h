@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "config/config.h"
-#include "curriculum/distribution_summary.h"
+#include "diagnostics/distribution_summary.h"
+#include "report/run_kind.h"
 #include "report/scaling.h"
 
 namespace deepen {
@@ -43,13 +44,13 @@ struct DiagnosticPoint {
   ClassValues boundary_rms;              // RMS of what an appended block would receive
   ClassValues identity_rel;              // last block: ||B(x) - x|| / ||x||
   ClassValues identity_cos;              // last block: cos(B(x), x)
-  // Block-boundary RMS per token type (curriculum/block_boundary_rms.h): boundary b = 0 .. depth/L.
+  // Block-boundary RMS per token type (diagnostics/block_boundary_rms.h): boundary b = 0 .. depth/L.
   struct BoundaryRms {
     DistributionSummary all, document_boundary, regular;
   };
   int64_t block_layers = 1;
   std::vector<BoundaryRms> block_rms;
-  // Block removal (curriculum/block_removal.h), at phase ends and at the end of the run.
+  // Block removal (diagnostics/block_removal.h), at phase ends and at the end of the run.
   struct Removal {
     int64_t block = 0;
     double ce_without = 0, delta_ce = 0, angle = 0;
@@ -97,30 +98,13 @@ RunData load_run(const std::string& dir);
 // Parses one diagnostics.jsonl record (tolerant: missing parts stay empty).
 DiagnosticPoint parse_diagnostic(const std::string& json_line_or_object);
 
-// ---- Roles -----------------------------------------------------------------------------------------
-// A run's role comes from its config, never its name:
-//   pretrain      no teacher (run.json teacher starts with "none"): listed, not compared
-//   joint         curriculum.mode = "joint", no budget, student.layers = the study's full depth
-//   joint-matched curriculum.mode = "joint" with budget = "active_layer_tokens:<run>"
-//   joint-long    curriculum.mode = "joint" at full depth, no budget, two phases (the paper's
-//                 post-joint-long: the LR restarts at the grow runs' boundary)
-//   joint-longer  the same over three or more phases (the paper's post-joint-longer)
-//   single-block  curriculum.mode = "joint", student.layers < the study's full depth (the deepest
-//                 student among the runs of the report)
-//   grow          curriculum.mode = "grow", freeze_prefix = false
-//   freeze        curriculum.mode = "grow", freeze_prefix = true
-// and the role is "<student.norm>-<kind>", e.g. "post-joint-matched".
-//   run_kind(joint, 9 layers, full 9) = "joint"    run_kind(joint, 1 layer, full 9) = "single-block"
-std::string run_kind(const Config& cfg, const std::string& teacher, int64_t full_depth);
+// ---- Roles: report/run_kind.h ------------------------------------------------------------------
 
 // What makes two runs the same experiment (a hash): everything but the run section (name, folder,
 // seed, threads), where a matched budget came from, checkpoint settings, how the run executed
 // (config/without_execution_settings) and on which rank layout at the same global batch
 // (config/without_layout): a layout sweep is one experiment.
 uint64_t experiment_signature(const Config& cfg);
-
-// One colour per kind, the same in every plot (val_ce and the paper's figures).
-std::string kind_color(const std::string& kind);
 
 // ---- The report ------------------------------------------------------------------------------------
 
@@ -134,9 +118,9 @@ Stat stat(const std::vector<double>& values);
 
 // All runs of one role (and one configuration), over seeds.
 struct RoleSummary {
-  std::string role;  // "post-grow"
-  std::string norm;  // "pre" | "post"
-  std::string kind;  // see run_kind
+  std::string role;  // role_name(norm, kind), e.g. "post-grow" (with the run name when a role has two configurations)
+  NormPlacement norm = NormPlacement::kPre;
+  RunKind kind = RunKind::kJoint;
   std::vector<const RunData*> runs;  // sorted by seed
   std::vector<int64_t> seeds;
   Stat val_ce;                 // over seeds, of each run's last eval record
@@ -171,7 +155,7 @@ struct StageCrossover {
 };
 
 struct Crossover {
-  std::string kind;                      // "grow", "joint", "freeze"
+  RunKind kind = RunKind::kGrow;         // grow, joint or freeze
   std::vector<StageCrossover> stages;
   std::optional<int64_t> post_ahead_from_step;   // over the whole run: post < pre at every eval from here on
   std::optional<int64_t> post_ahead_from_tokens;
@@ -188,6 +172,9 @@ struct Report {
 
 // Pure: the report of loaded runs.
 Report build_report(const std::vector<RunData>& runs);
+
+// The summary of `norm`-`kind` runs with the role's first configuration, or null when the report has none.
+const RoleSummary* find_role(const Report& report, NormPlacement norm, RunKind kind);
 
 // Mean over seeds of val_ce at each eval step present in every seed's records: (step, tokens, ce).
 struct CurvePoint {

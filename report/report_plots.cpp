@@ -12,7 +12,7 @@
 #include "report/number_text.h"
 #include "report/paper_figures.h"
 #include "report/scaling.h"
-#include "study/study_process.h"
+#include "child_process/child_process.h"
 
 namespace deepen {
 namespace fs = std::filesystem;
@@ -22,7 +22,7 @@ const std::vector<std::string> kClasses = {"first", "special", "structural", "co
 const std::vector<std::string> kClassColors = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd"};
 
 // Pre-norm dashed, post-norm solid, so the pair of one kind shares a colour.
-int dash(const std::string& norm) { return norm == "pre" ? 2 : 1; }
+int dash(NormPlacement norm) { return norm == NormPlacement::kPre ? 2 : 1; }
 
 std::string value_or_nan(const ClassValues& m, const std::string& key) {
   auto it = m.find(key);
@@ -59,7 +59,7 @@ std::string two_terminals(const std::string& name, int width, int height, const 
 std::vector<std::pair<const RoleSummary*, const RunData*>> diagnosed_runs(const Report& report) {
   std::vector<std::pair<const RoleSummary*, const RunData*>> out;
   for (const auto& s : report.roles)
-    if ((s.kind == "grow" || s.kind == "freeze") && !s.runs.empty()) out.push_back({&s, s.runs.front()});
+    if (appends_blocks(s.kind) && !s.runs.empty()) out.push_back({&s, s.runs.front()});
   return out;
 }
 
@@ -89,7 +89,7 @@ std::string class_panel(const std::string& file, int index, const std::string& t
 std::vector<int64_t> report_growth_steps(const Report& report) {
   std::set<int64_t> steps;
   for (const auto& s : report.roles) {
-    if (s.kind != "grow" && s.kind != "freeze") continue;
+    if (!appends_blocks(s.kind)) continue;
     for (const RunData* r : s.runs)
       for (int64_t g : r->growth_steps()) steps.insert(g);
   }
@@ -105,7 +105,7 @@ std::string val_ce_script(const Report& report, const std::vector<int64_t>& grow
   int index = 0;
   bool first = true;
   for (const auto& s : report.roles) {
-    if (s.kind == "pretrain") continue;
+    if (s.kind == RunKind::kPretrain) continue;
     body << (first ? "" : ", \\\n     ") << "'val_ce.dat' index " << index++ << " using 1:3 with linespoints pt 7 ps 0.4 dt "
          << dash(s.norm) << " lw 2 lc rgb '" << kind_color(s.kind) << "' title " << quoted(s.role);
     first = false;
@@ -128,7 +128,7 @@ std::vector<std::string> write_report_plots(const Report& report, const ReportOp
     std::ostringstream dat;
     int curves = 0;
     for (const auto& s : report.roles) {
-      if (s.kind == "pretrain") continue;
+      if (s.kind == RunKind::kPretrain) continue;
       dat << "# " << s.role << ": step tokens val_ce (mean over " << s.runs.size() << " seeds)\n";
       for (const auto& p : mean_curve(s)) dat << p.step << " " << p.tokens << " " << plot_number(p.val_ce) << "\n";
       dat << "\n\n";

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <string_view>
 
 namespace deepen {
 namespace fs = std::filesystem;
@@ -15,6 +16,28 @@ std::string RunFolder::cpu_kernel_choices(int world_rank) const {
 
 std::string RunFolder::step_time_jsonl(int world_rank) const {
   return (fs::path(dir_) / "step_time" / ("rank" + std::to_string(world_rank) + ".jsonl")).string();
+}
+
+namespace {
+constexpr std::string_view kEventsPrefix = "events.out.tfevents.";
+}  // namespace
+
+std::string RunFolder::tensorboard_events(int64_t unix_seconds, const std::string& host) const {
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%010lld", static_cast<long long>(unix_seconds));
+  return (fs::path(dir_) / (std::string(kEventsPrefix) + seconds + "." + host)).string();
+}
+
+bool RunFolder::is_tensorboard_events(const std::string& file_name) {
+  return file_name.starts_with(kEventsPrefix);
+}
+
+std::optional<int64_t> RunFolder::tensorboard_events_seconds(const std::string& file_name) {
+  if (!is_tensorboard_events(file_name)) return std::nullopt;
+  const std::string rest = file_name.substr(kEventsPrefix.size());
+  const size_t digits = rest.find_first_not_of("0123456789");
+  if (digits == 0 || digits == std::string::npos || digits > 18) return std::nullopt;
+  return std::stoll(rest.substr(0, digits));
 }
 
 std::string RunFolder::checkpoint_student(const std::string& d) { return (fs::path(d) / "student.safetensors").string(); }

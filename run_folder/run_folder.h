@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace deepen {
@@ -20,6 +21,8 @@ namespace deepen {
 //                            a resumed rank takes them again, so its rounding repeats the first run's
 //   control.secret           the control plane's per-job secret (mode 0600), when generated
 //   train.log                the run's output when a study or the demo runs it with --log
+//   events.out.tfevents.<seconds>.<host>   TensorBoard event files of metrics and eval records, one
+//                            per start of the run, with run.tensorboard = true (run_folder/tensorboard_events.h)
 //   checkpoints/step_<8 digits>/  student.safetensors, optimizer.safetensors, progress.json and
 //                            MANIFEST.json (run_folder/checkpoint_store.h)
 //   final/student.safetensors, final/hf/   the finished student and its Hugging Face export
@@ -39,6 +42,12 @@ class RunFolder {
   std::string cpu_kernel_choices(int world_rank) const;
   std::string step_time_jsonl(int world_rank) const;  // step_time/rank<R>.jsonl (run_folder/step_time.h)
   std::string train_log() const { return file("train.log"); }
+  // events.out.tfevents.<Unix seconds, 10 digits>.<host>: TensorBoard's own naming (it finds event
+  // files by "tfevents" in the name and reads a folder's files in name order).
+  std::string tensorboard_events(int64_t unix_seconds, const std::string& host) const;
+  static bool is_tensorboard_events(const std::string& file_name);
+  // The seconds in such a name; nullopt for any other name.
+  static std::optional<int64_t> tensorboard_events_seconds(const std::string& file_name);
   std::string checkpoints() const { return file("checkpoints"); }
   std::string final_dir() const { return file("final"); }
   std::string final_student() const { return file("final/student.safetensors"); }

@@ -29,12 +29,27 @@ std::string RunRecords::prepare(const std::string& path, std::optional<int64_t> 
   return path;
 }
 
-RunRecords::RunRecords(const std::string& run_dir, std::optional<int64_t> resume_after_step)
+RunRecords::RunRecords(const std::string& run_dir, std::optional<int64_t> resume_after_step, bool tensorboard)
     : run_dir_(run_dir),
       metrics_(prepare(RunFolder(prepared_dir(run_dir)).metrics_jsonl(), resume_after_step)),
       eval_(prepare(RunFolder(run_dir).eval_jsonl(), resume_after_step)),
       diagnostics_(prepare(RunFolder(run_dir).diagnostics_jsonl(), resume_after_step)) {
-  if (!resume_after_step) fs::remove(RunFolder(run_dir).final_token_rms_json());  // a fresh run's own
+  if (!resume_after_step) {  // a fresh run's own
+    fs::remove(RunFolder(run_dir).final_token_rms_json());
+    remove_tensorboard_events(run_dir);
+  }
+  if (tensorboard)
+    tensorboard_.emplace(run_dir, resume_after_step ? std::optional<int64_t>(*resume_after_step + 1) : std::nullopt);
+}
+
+void RunRecords::metrics(const nlohmann::json& record) {
+  metrics_.append(record);
+  if (tensorboard_) tensorboard_->scalars(record.value("step", int64_t{0}), numeric_fields(record, "train"));
+}
+
+void RunRecords::eval(const nlohmann::json& record) {
+  eval_.append(record);
+  if (tensorboard_) tensorboard_->scalars(record.value("step", int64_t{0}), numeric_fields(record, "eval"));
 }
 
 void RunRecords::final_token_rms(const nlohmann::json& record) const {

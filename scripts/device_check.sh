@@ -2,18 +2,26 @@
 # Device check for one lent H200, 9 minutes from a cold build: preflight, build, GPU tests, real-shape runs.
 #
 #   OUT=/tmp/out scripts/device_check.sh             # from the repository root; results under $OUT
+#   scripts/device_check.sh --kit offline-kit        # a machine without the Debian packages: the offline
+#                                                    # kit (scripts/offline_kit.sh) first (also KIT=DIR)
+#   scripts/device_check.sh --kit DIR --build-only   # steps 0-2 only (kit, preflight, build): no GPU needed;
+#                                                    # the driver and GPU items are named, not required
 #   scripts/device_check.sh --dry-run                # prints the preflight and every command, runs none;
 #                                                    # with DEEPEN_BIN (a built deepen) it also checks each
 #                                                    # run's config (`deepen ... --dry-run`), GPU or not
-#   BUILD=build-gpu JOBS=16 BUDGET_S=540 STEPS=8 TEACHER_LAYERS=4   # optional overrides
+#   BUILD=build-gpu JOBS=16 BUDGET_S=540 BUILD_S=330 STEPS=8 TEACHER_LAYERS=4   # optional overrides
 #   REHEARSE=1 BUILD=build OUT=/tmp/r scripts/device_check.sh   # CPU rehearsal of steps 4-5 at tiny
 #                                                    # shapes with an existing build (no GPU needed)
 #
 # Steps, in order of what matters most if time runs short (each under `timeout`, each capped by what
 # is left of BUDGET_S; a step that would start with under 20 s left is skipped, and says so):
+#  0. with --kit DIR: sources DIR/env.sh, which puts the kit on the search paths (PATH,
+#     CMAKE_PREFIX_PATH, pkg-config, Open MPI's prefix; DEEPEN_KIT for CMake's RPATH);
 #  1. preflight: names every missing dependency (nvidia-smi, nvcc/CUDA, NCCL header and library,
-#     the python torch wheel with CUDA, safetensors, cmake, ninja, g++, mpirun) and stops on any;
-#  2. build only `deepen` and the GPU test binary (deepen_torch_tests), -j$JOBS, Hopper only;
+#     the python torch wheel with CUDA, safetensors, cmake, ninja, g++, mpirun, mpicxx, pkg-config,
+#     the headers of Boost, TOML++, CLI11, nlohmann-json, utf8proc and GoogleTest) and stops on any;
+#  2. build only `deepen` and the GPU test binary (deepen_torch_tests), -j$JOBS, Hopper only
+#     (BUILD_S seconds at most);
 #  3. the GPU tests (Gpu*, the NCCL communicator, the logit channel's host staging): a skip on a GPU
 #     machine is a failure to see the GPU;
 #  4. real shapes, one 8,192-token sequence per step (micro_batch 1), V = 151,936, bf16:
@@ -37,20 +45,28 @@
 set -uo pipefail
 
 DRY=0
-case ${1:-} in
-  --dry-run | -n) DRY=1 ;;
-  -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
-  "") ;;
-  *) echo "device_check.sh: unknown argument $1 (use --dry-run or --help)" >&2; exit 2 ;;
-esac
+BUILD_ONLY=0
+KIT=${KIT:-}
+while (($#)); do
+  case $1 in
+    --dry-run | -n) DRY=1 ;;
+    --build-only) BUILD_ONLY=1 ;;
+    --kit) [[ -n ${2:-} ]] || { echo "device_check.sh: --kit needs a folder" >&2; exit 2; }; KIT=$2; shift ;;
+    --kit=*) KIT=${1#--kit=} ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
+    *) echo "device_check.sh: unknown argument $1 (use --dry-run, --kit DIR, --build-only or --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
 
 OUT=${OUT:-$PWD/device-check-out}
 BUILD=${BUILD:-build-gpu}
 JOBS=${JOBS:-16}
 BUDGET_S=${BUDGET_S:-540}
+BUILD_S=${BUILD_S:-330}
 STEPS=${STEPS:-8}
 TEACHER_LAYERS=${TEACHER_LAYERS:-4}
-# Qwen3-8B's layer shape (PAPER.md: the student is 3 blocks of 3 layers at the teacher's width).
+# Qwen3-8B's layer shape (docs/protocol.md, "Student": the student is 3 blocks of 3 layers at the teacher's width).
 HIDDEN=4096 HEADS=32 KV=8 HD=128 INTER=12288 VOCAB=151936 SEQ=8192 BLOCK_LAYERS=3 DEVICE=cuda
 REHEARSE=${REHEARSE:-0}
 if ((REHEARSE)); then HIDDEN=64 HEADS=4 KV=2 HD=16 INTER=128 VOCAB=512 SEQ=256 DEVICE=cpu; fi
@@ -126,33 +142,65 @@ gpu_memory_stop() {
 }
 ((DRY)) || trap gpu_memory_stop EXIT
 
-# ---- 1. Preflight -------------------------------------------------------------------------------
-say "# deepen device check $(date -u +%FT%TZ) on $(hostname), budget ${BUDGET_S} s$( ((DRY)) && echo ', DRY RUN')"
+say "# deepen device check $(date -u +%FT%TZ) on $(hostname), budget ${BUDGET_S} s$( ((DRY)) && echo ', DRY RUN')$( ((BUILD_ONLY)) && echo ', build only')"
 say "commit: $(git rev-parse --short HEAD 2>/dev/null || echo '?') ($(git status --porcelain 2>/dev/null | wc -l) uncommitted paths)"
+
+# ---- 0. Offline kit -----------------------------------------------------------------------------
+if [[ -n $KIT ]]; then
+  if [[ -f $KIT/env.sh ]]; then
+    # shellcheck source=/dev/null  # made by scripts/offline_kit.sh
+    . "$KIT/env.sh"
+    say "kit: $DEEPEN_KIT ($(tail -1 "$KIT/MANIFEST.txt" 2>/dev/null | sed 's/^# //'))"
+  else
+    say "kit: $KIT has no env.sh (make one with scripts/offline_kit.sh)"
+    ((DRY)) || { say "FAILED: kit"; exit 1; }
+  fi
+fi
+
+# ---- 1. Preflight -------------------------------------------------------------------------------
 missing=()
+missing_gpu=()
 need() {  # need WHAT TEST...: records WHAT as missing when the test command fails
   local what=$1; shift
   if "$@" > /dev/null 2>&1; then say "preflight: $what: ok"; else missing+=("$what"); say "preflight: $what: MISSING"; fi
 }
+need_gpu() {  # need_gpu WHAT TEST...: as need, for what only the GPU steps need (not --build-only)
+  local what=$1; shift
+  if "$@" > /dev/null 2>&1; then say "preflight: $what: ok"; else missing_gpu+=("$what"); say "preflight: $what: MISSING"; fi
+}
+# header H: H is under include/ of a CMAKE_PREFIX_PATH entry (the kit's) or of /usr/local or /usr.
+header() {
+  local prefix
+  for prefix in ${CMAKE_PREFIX_PATH:+${CMAKE_PREFIX_PATH//:/ }} /usr/local /usr; do [[ -f $prefix/include/$1 ]] && return 0; done
+  return 1
+}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 SITE=$(python3 -c 'import site, sys; print(next(p for p in sys.path if p.endswith("site-packages")))' 2>/dev/null)
-need "nvidia-smi (NVIDIA driver)" command -v nvidia-smi
-need "a visible GPU (nvidia-smi -L)" nvidia-smi -L
+need_gpu "nvidia-smi (NVIDIA driver)" command -v nvidia-smi
+need_gpu "a visible GPU (nvidia-smi -L)" nvidia-smi -L
 need "nvcc (CUDA toolkit at $CUDA_HOME or on PATH)" bash -c "command -v nvcc || test -x '$CUDA_HOME/bin/nvcc'"
 need "nccl.h (torch wheel's nvidia/nccl/include or $CUDA_HOME/include)" \
   bash -c "test -f '$SITE/nvidia/nccl/include/nccl.h' || test -f '$CUDA_HOME/include/nccl.h'"
 need "libnccl.so.2 (torch wheel's nvidia/nccl/lib)" test -f "$SITE/nvidia/nccl/lib/libnccl.so.2"
 need "python3 torch wheel with CUDA" python3 -c 'import torch, sys; sys.exit(torch.version.cuda is None)'
 need "python3 safetensors (the random teacher)" python3 -c 'import safetensors'
-for tool in cmake ninja g++ mpirun timeout; do need "$tool" command -v "$tool"; done
+for tool in cmake ninja g++ mpirun mpicxx pkg-config timeout; do need "$tool" command -v "$tool"; done
+need "Boost headers (boost/asio.hpp)" header boost/asio.hpp
+need "TOML++ (toml++/toml.h)" header toml++/toml.h
+need "CLI11 (CLI/CLI.hpp)" header CLI/CLI.hpp
+need "nlohmann-json (nlohmann/json.hpp)" header nlohmann/json.hpp
+need "utf8proc (utf8proc.h)" header utf8proc.h
+need "GoogleTest (gtest/gtest.h)" header gtest/gtest.h
 if ((!DRY)); then
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')" 2>&1 | tee -a "$SUMMARY"
 fi
+((BUILD_ONLY)) || missing+=(${missing_gpu[@]+"${missing_gpu[@]}"})
 if ((${#missing[@]})); then
   say "preflight: missing: $(IFS=';'; echo "${missing[*]}")"
   if ((!DRY && !REHEARSE)); then say "FAILED: preflight"; exit 1; fi
 fi
+((BUILD_ONLY && ${#missing_gpu[@]})) && say "preflight: not needed to build (--build-only): $(IFS=';'; echo "${missing_gpu[*]}")"
 
 # ---- 2. Build -----------------------------------------------------------------------------------
 say "## build: deepen and deepen_torch_tests in $BUILD, -j$JOBS, Hopper (9.0) only"
@@ -162,7 +210,13 @@ else
   step configure 120 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTORCH_CUDA_ARCH_LIST=9.0 ||
     { say "FAILED: configure"; exit 1; }
   ((DRY)) || grep -h "deepen: NCCL backend" "$OUT/configure.log" | sed 's/^-- //' | tee -a "$SUMMARY"
-  step build 330 cmake --build "$BUILD" --target deepen deepen_torch_tests -j"$JOBS" || { say "FAILED: build"; exit 1; }
+  step build "$BUILD_S" cmake --build "$BUILD" --target deepen deepen_torch_tests -j"$JOBS" || { say "FAILED: build"; exit 1; }
+  if ((BUILD_ONLY)); then
+    if ((DRY)); then say "build only: would stop here (no GPU tests, no runs)"; exit 0; fi
+    say "build only: $BUILD/deepen and $BUILD/tests/deepen_torch_tests built; no GPU tests, no runs"
+    say "total $(( $(date +%s) - START )) s"
+    exit 0
+  fi
 
   # ---- 3. GPU tests -------------------------------------------------------------------------------
   say "## GPU tests"

@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libopenmpi-dev openmpi-bin            # MPI backend and mpirun
-  libboost-dev libboost-system-dev      # Boost.Asio control plane
+  libboost-dev libboost-system-dev      # Boost.Asio control plane, Boost.Beast /metrics server
+  libssl-dev                            # OpenSSL libcrypto: control-plane HMAC, nonces, job secret
+  prometheus-cpp-dev                    # prometheus-cpp: /metrics exposition text
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libutf8proc-dev libgtest-dev
   libopenblas0-openmp                   # fast fp32 BLAS on CPU
   gnuplot-nox                           # report plots (PNG, SVG)

@@ -17,7 +17,7 @@
 #include "run_folder/progress.h"
 #include "run_folder/run_folder.h"
 #include "study/study.h"
-#include "study/study_process.h"
+#include "child_process/child_process.h"
 
 namespace deepen {
 namespace fs = std::filesystem;
@@ -174,7 +174,7 @@ int run_demo(const DemoOptions& options) {
   {
     StudySpec spec = load_study(plan.study);
     spec.out_dir = study_dir;
-    if (!options.launcher.empty()) spec.launcher = options.launcher;
+    if (options.launcher) spec.launcher = *options.launcher;
     std::vector<std::string> sets = data_sets;
     sets.push_back("teacher.checkpoint=" + toml_quote(RunFolder(teacher_dir).final_hf()));
     const StudyPlan sp = expand_study(spec, sets);

@@ -2,8 +2,11 @@
 // runs (pre/post-norm x joint/grow) as a study, write the report — driven by configs/demo/demo.toml.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "config/options.h"
 
 namespace deepen {
 
@@ -11,7 +14,7 @@ struct DemoOptions {
   std::string out_dir;     // "" = runs/demo (runs/demo-small with `small`)
   bool small = false;      // the reduced demo of demo.toml's [small] (the test runs it)
   std::string configs;     // folder holding demo.toml; "" = configs/demo of this checkout
-  std::string launcher;    // "" = the study file's; "direct" runs every student run in one process
+  std::optional<Launcher> launcher;  // unset = the study file's; kDirect runs every student run in one process
   bool log_runs = true;    // runs' output to their train.log, one progress line each on the terminal
 };
 

@@ -129,7 +129,7 @@ std::vector<size_t> stable_topological_order(const std::vector<std::vector<size_
 
 std::string curriculum_text(const Config& c) {
   const auto& cur = c.curriculum;
-  std::string s = c.student.norm + "-norm " + cur.mode;
+  std::string s = std::string(option_name(c.student.norm)) + "-norm " + option_name(cur.mode);
   if (cur.freeze_prefix) s += " freeze";
   s += " [";
   for (size_t i = 0; i < cur.stages.size(); ++i) s += (i ? "," : "") + std::to_string(cur.stages[i]);
@@ -157,8 +157,9 @@ StudySpec parse_study(const std::string& toml_text, const std::string& source) {
   r.string("base", base);
   r.string("out_dir", spec.out_dir);
   r.integers("seeds", spec.seeds);
-  r.string("command", spec.command);
-  r.string("launcher", spec.launcher);
+  std::string command = option_name(spec.command), launcher = option_name(spec.launcher);
+  r.string("command", command);
+  r.string("launcher", launcher);
   r.strings("set", spec.sets);
   r.reject_unknown();
   if (base.empty()) r.fail("base", "required: the base config, relative to the study file");
@@ -167,10 +168,8 @@ StudySpec parse_study(const std::string& toml_text, const std::string& source) {
   if (spec.seeds.empty()) r.fail("seeds", "needs at least one seed");
   if (std::set<int64_t>(spec.seeds.begin(), spec.seeds.end()).size() != spec.seeds.size())
     r.fail("seeds", "seeds must be distinct");
-  if (spec.command != "train" && spec.command != "pretrain")
-    r.fail("command", "must be \"train\" or \"pretrain\", got \"" + spec.command + "\"");
-  if (spec.launcher != "auto" && spec.launcher != "mpirun" && spec.launcher != "direct")
-    r.fail("launcher", "must be \"auto\", \"mpirun\" or \"direct\", got \"" + spec.launcher + "\"");
+  spec.command = parse_option<StudyCommand>(command, source + ": study.command");
+  spec.launcher = parse_option<Launcher>(launcher, source + ": study.launcher");
 
   const toml::array* runs = root["run"].as_array();
   if (!runs || runs->empty()) throw InputError(source + ": [[run]]: a study needs at least one run");
@@ -307,9 +306,9 @@ StudyPlan expand_study(const StudySpec& spec, const std::vector<std::string>& ex
   return plan;
 }
 
-bool use_mpirun(const std::string& launcher, int64_t world_size, bool mpirun_available) {
-  if (launcher == "direct") return false;
-  if (launcher == "mpirun") {
+bool use_mpirun(Launcher launcher, int64_t world_size, bool mpirun_available) {
+  if (launcher == Launcher::kDirect) return false;
+  if (launcher == Launcher::kMpirun) {
     if (!mpirun_available) throw InputError("study.launcher = \"mpirun\", but no mpirun in PATH");
     return true;
   }
@@ -330,7 +329,7 @@ ProcessSpec job_process(const StudyPlan& plan, const StudyJob& job, const Launch
     }
   }
   p.argv.push_back(ctx.deepen_exe);
-  p.argv.push_back(plan.spec.command);
+  p.argv.push_back(option_name(plan.spec.command));
   p.argv.push_back(plan.spec.base);
   for (const auto& o : job.overrides) {
     p.argv.push_back("--set");
@@ -535,7 +534,7 @@ SlurmScripts slurm_scripts(const StudyPlan& plan, const SlurmOptions& o, const s
       << "list=" << shell_quote(abs_dir + "/study.list") << "\n"
       << "export DEEPEN_HOME=${DEEPEN_HOME:-" << shell_quote(o.deepen_home) << "}\n"
       << "export DEEPEN_BIN=${DEEPEN_BIN:-" << shell_quote(o.deepen_exe) << "}\n"
-      << "export DEEPEN_CMD=" << plan.spec.command << "\n"
+      << "export DEEPEN_CMD=" << option_name(plan.spec.command) << "\n"
       << "cd " << shell_quote(o.workdir) << "  # relative paths in the configs resolve here\n"
       << "common=(--job-name=" << shell_quote(plan.spec.name) << " --output=" << shell_quote(abs_dir + "/logs/%x-%A_%a.out")
       << " --time=" << o.time << " --cpus-per-task=" << o.cpus_per_task;

@@ -9,7 +9,7 @@
 
 #include "config/config.h"
 #include "run_folder/progress.h"
-#include "study/study_process.h"
+#include "child_process/child_process.h"
 
 namespace deepen {
 
@@ -49,8 +49,8 @@ struct StudySpec {
   std::string base;                // base config path (already resolved against the study file)
   std::string out_dir = "runs/study";
   std::vector<int64_t> seeds = {1};
-  std::string command = "train";   // "train" | "pretrain"
-  std::string launcher = "auto";   // "auto" | "mpirun" | "direct"
+  StudyCommand command = StudyCommand::kTrain;  // "train" | "pretrain"
+  Launcher launcher = Launcher::kAuto;         // "auto" | "mpirun" | "direct"
   std::vector<std::string> sets;   // applied to every run first
   std::vector<StudyRunSpec> runs;  // in file order
 };
@@ -98,7 +98,7 @@ StudyPlan expand_study(const StudySpec& spec, const std::vector<std::string>& ex
 //   use_mpirun("auto", 4, true) -> true     use_mpirun("auto", 2, true) -> false
 //   use_mpirun("auto", 4, false) -> false   use_mpirun("direct", 8, true) -> false
 // "mpirun" without an mpirun is an InputError.
-bool use_mpirun(const std::string& launcher, int64_t world_size, bool mpirun_available);
+bool use_mpirun(Launcher launcher, int64_t world_size, bool mpirun_available);
 
 // The child process of a job: `<deepen> <command> <base> --set ... --quiet?`, wrapped in
 // `mpirun --oversubscribe -np <world>` when use_mpirun says so; as root, the OMPI_ALLOW_RUN_AS_ROOT

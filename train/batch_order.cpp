@@ -22,7 +22,7 @@ std::string BatchKey::describe() const {
 
 int64_t eval_batch_count(const Config& cfg) {
   const int64_t n = cfg.data.valid_documents, b = cfg.parallel.micro_batch;
-  if (cfg.data.packing == "documents" && n > 0) return (n + b - 1) / b;
+  if (cfg.data.packing == Packing::kDocuments && n > 0) return (n + b - 1) / b;
   return cfg.eval.batches;
 }
 

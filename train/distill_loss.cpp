@@ -138,13 +138,7 @@ DistillLossOptions distill_loss_options(const DistillConfig& cfg) {
   o.alpha = cfg.alpha;
   o.temperature = cfg.temperature;
   o.row_chunk = cfg.row_chunk;
-  if (cfg.tail == "renormalize") {
-    o.tail = TopkTail::kRenormalize;
-  } else if (cfg.tail == "bucket") {
-    o.tail = TopkTail::kBucket;
-  } else {
-    throw InputError("distill.tail: expected \"renormalize\" or \"bucket\", got \"" + cfg.tail + "\"");
-  }
+  o.tail = cfg.tail;
   return o;
 }
 

@@ -74,8 +74,7 @@ namespace deepen {
 // against it (kd_step_bench, loss_memory_bench) it was slower everywhere, 2.1-3.8x for the loss
 // alone, and its smaller memory at small micro-batches is the row form's with a smaller row_chunk.
 
-enum class TopkTail { kRenormalize, kBucket };
-
+// (TopkTail, distill.tail: config/options.h)
 struct DistillLossOptions {
   double alpha = 1.0;                     // weight of the KL term; 1 − α weighs CE on the labels
   double temperature = 1.0;               // τ
@@ -112,7 +111,7 @@ class DistillLossWorkspace {
   std::vector<at::Storage> gradients_;
 };
 
-// distill.alpha, temperature, row_chunk and tail. Throws InputError on an unknown tail.
+// distill.alpha, temperature, row_chunk and tail.
 DistillLossOptions distill_loss_options(const DistillConfig& cfg);
 
 // What the teacher sends for a micro-batch; leading dims flatten to N rows like `hidden`'s.

@@ -25,11 +25,11 @@ namespace {
 constexpr const char* kNeedsIndex = "data.packing = \"documents\"";
 
 // Documents are read back through the index, so a split needs only enough tokens for one of them.
-int64_t shard_window(const DataConfig& d) { return d.packing == "documents" ? 2 : d.seq_len + 1; }
+int64_t shard_window(const DataConfig& d) { return d.packing == Packing::kDocuments ? 2 : d.seq_len + 1; }
 
 ShardSet open_split(const std::string& path, const DataConfig& d, const Tokenizer& tok) {
   ShardSet set = ShardSet::open(path, shard_window(d), static_cast<uint64_t>(tok.vocab_size()), tok.fingerprint());
-  if (d.packing == "documents") {
+  if (d.packing == Packing::kDocuments) {
     set.require_document_index(kNeedsIndex);
     if (set.documents() == 0) throw InputError(path + ": no complete document in its index (" + kNeedsIndex + ")");
   }
@@ -38,26 +38,28 @@ ShardSet open_split(const std::string& path, const DataConfig& d, const Tokenize
 
 // The sampler's replay shard: documents only; grow runs replay it, joint runs continue past it.
 ReplayShard replay_shard(const Config& cfg, const ShardSet& train) {
-  if (cfg.data.packing != "documents" || cfg.data.replay_shard_tokens == 0) return {};
+  if (cfg.data.packing != Packing::kDocuments || cfg.data.replay_shard_tokens == 0) return {};
   return {replay_shard_documents(train, cfg.data.replay_shard_tokens, cfg.data.max_len,
                                  cfg.source + ": data.replay_shard_tokens", cfg.data.train),
-          cfg.curriculum.mode == "grow"};
+          cfg.curriculum.mode == CurriculumMode::kGrow};
 }
 
 class ShardBatchSource : public BatchSource {
  public:
-  ShardBatchSource(const Config& cfg, const Tokenizer& tok)
-      : documents_(cfg.data.packing == "documents"),
+  ShardBatchSource(const RunPlan& plan, const Tokenizer& tok)
+      : ShardBatchSource(plan.cfg, plan.counts, tok) {}
+  ShardBatchSource(const Config& cfg, const BatchCounts& counts, const Tokenizer& tok)
+      : documents_(cfg.data.packing == Packing::kDocuments),
         seq_len_(cfg.data.seq_len),
         max_len_(cfg.data.max_len),
         pad_id_(tok.eos_id()),
         micro_batch_(cfg.parallel.micro_batch),
-        eval_batches_(eval_batch_count(cfg)),
+        eval_batches_(counts.eval_batches),
         diagnostic_batch_(cfg.eval.diagnostic_batch),
         train_(open_split(cfg.data.train, cfg.data, tok)),
         valid_(open_split(cfg.data.valid, cfg.data, tok)),
         sampler_(static_cast<uint64_t>(cfg.run.seed), documents_ ? train_.documents() : train_.sequences(),
-                 {cfg.parallel.students, cfg.parallel.grad_accum, cfg.parallel.micro_batch}, replay_shard(cfg, train_)) {
+                 {counts.students, counts.grad_accum, cfg.parallel.micro_batch}, replay_shard(cfg, train_)) {
     valid_count_ = documents_ ? valid_.documents() : valid_.sequences();
     if (documents_ && cfg.data.valid_documents > 0) {
       if (valid_count_ < cfg.data.valid_documents)
@@ -148,8 +150,8 @@ class ShardBatchSource : public BatchSource {
 
 }  // namespace
 
-std::unique_ptr<BatchSource> make_shard_batch_source(const Config& cfg, const Tokenizer& tokenizer) {
-  return std::make_unique<ShardBatchSource>(cfg, tokenizer);
+std::unique_ptr<BatchSource> make_shard_batch_source(const RunPlan& plan, const Tokenizer& tokenizer) {
+  return std::make_unique<ShardBatchSource>(plan, tokenizer);
 }
 
 }  // namespace deepen

@@ -3,14 +3,14 @@
 
 #include <memory>
 
-#include "config/config.h"
+#include "train/run_plan.h"
 #include "train/batch_source.h"
 
 namespace deepen {
 
 class Tokenizer;
 
-// Opens data.train and data.valid (validated against the tokenizer's vocabulary) and serves
+// Opens the plan's data.train and data.valid (validated against the tokenizer's vocabulary) and serves
 // micro-batches of parallel.micro_batch sequences. data.packing = "windows": sequences of
 // data.seq_len + 1 tokens (inputs + next-token labels). "documents": one document per row, cut to
 // data.max_len tokens and right-padded to the micro-batch's longest (train/document_batch.h); the
@@ -23,6 +23,6 @@ class Tokenizer;
 // validation items in order, or (data.valid_documents = N) all of the first N documents. Diagnostic
 // batch: the first eval.diagnostic_batch validation items. Throws InputError for missing, empty or
 // inconsistent shards, or too little validation data.
-std::unique_ptr<BatchSource> make_shard_batch_source(const Config& cfg, const Tokenizer& tokenizer);
+std::unique_ptr<BatchSource> make_shard_batch_source(const RunPlan& plan, const Tokenizer& tokenizer);
 
 }  // namespace deepen

@@ -30,14 +30,16 @@ int64_t frozen_blocks(const Config& cfg, const GrowthSchedule& schedule, int sta
 }  // namespace
 
 Trainer::Trainer(StudentRun& run)
-    : run_(run), cfg_(run.cfg), group_(*run.group), leader_(run.group->rank() == 0), device_(run.device) {
+    : run_(run), cfg_(run.plan.cfg), group_(*run.group), leader_(run.group->rank() == 0), device_(run.device) {
   if (!run.batches || !run.group || !run.tokenizer) throw std::invalid_argument("StudentRun: missing parts");
-  schedule_ = make_growth_schedule(cfg_);
+  if (run.plan.counts.students != group_.size())
+    throw std::invalid_argument("StudentRun: a plan for " + std::to_string(run.plan.counts.students) +
+                                " students run by a group of " + std::to_string(group_.size()));
+  schedule_ = run.plan.schedule;
   lr_ = make_lr_schedule(cfg_.optim, schedule_, cfg_.curriculum.rewarmup_steps, reset_each_phase());
-  batch_counts_ = {group_.size(), cfg_.parallel.grad_accum, run.batches->eval_batches()};
-  loss_options_ = distill_loss_options(cfg_.distill);
+  batch_counts_ = run.plan.counts;
+  loss_options_ = run.plan.loss;
   loss_options_.ignore_index = kIgnoreLabel;  // right padding of unpacked documents counts for nothing
-  loss_options_.kernels = student_spec_from_config(cfg_.student, run.vocab_size).decoder.cpu_kernels;
   if (!run.teacher) loss_options_.alpha = 0.0;  // pretraining: CE on the labels only
   eval_options_ = loss_options_;
   eval_options_.temperature = 1.0;  // validation KL is reported at τ = 1
@@ -60,15 +62,16 @@ RunOutcome Trainer::run() {
   if (resume_from) check_resumable(*resume_from);
   if (leader_) start_run_folder(resume_from.has_value());
   if (leader_)  // only student 0 writes records
-    records_.emplace(out_dir_, resume_from ? std::optional<int64_t>(resume_from->step) : std::nullopt);
+    records_.emplace(out_dir_, resume_from ? std::optional<int64_t>(resume_from->step) : std::nullopt,
+                     cfg_.run.tensorboard);
   time_log_.emplace(out_dir_, run_.world_rank, resume_from ? std::optional<int64_t>(resume_from->step) : std::nullopt);
 
   if (resume_from) {
     restore(*resume_from);
   } else {
-    student_ = std::make_shared<GrowableStudent>(student_spec_from_config(cfg_.student, run_.vocab_size),
+    student_ = std::make_shared<GrowableStudent>(student_spec_from_config(cfg_.student, run_.plan.vocab),
                                                  schedule_.depths[0], static_cast<uint64_t>(cfg_.run.seed), device_);
-    if (cfg_.student.init == "teacher") {
+    if (cfg_.student.init == StudentInit::kTeacher) {
       // Every student rank reads the teacher's files itself; the checksum below proves they agree.
       if (cfg_.teacher.checkpoint.empty())
         throw InputError(cfg_.source + ": student.init = \"teacher\" needs teacher.checkpoint");
@@ -101,7 +104,7 @@ RunOutcome Trainer::run() {
       });
 
     // This student's micro-batches of the step, in the order the teacher sends their targets.
-    const bool eval_after = is_eval_step(cfg_, schedule_, step);
+    const bool eval_after = run_.plan.eval_after(step);
     const std::vector<BatchKey> batches = step_batches(batch_counts_, step, eval_after, group_.rank(), 1);
     const StepLosses losses = train_step(step, batches);
     progress_.steps_done = step + 1;
@@ -190,9 +193,9 @@ void Trainer::register_parameters() {
     o.beta1 = cfg_.optim.betas[0];
     o.beta2 = cfg_.optim.betas[1];
     o.eps = cfg_.optim.eps;
-    if (cfg_.parallel.sharding == "grad_op")
+    if (cfg_.parallel.sharding == Sharding::kGradOp)
       sharded_.emplace(o, group_, bucket_bytes, ShardedAdamW::Mode::kGradOp);
-    else if (cfg_.parallel.sharding == "full")
+    else if (cfg_.parallel.sharding == Sharding::kFull)
       sharded_.emplace(o, group_, bucket_bytes, ShardedAdamW::Mode::kFull);
     else
       optimizer_.emplace(o);
@@ -233,7 +236,7 @@ void Trainer::arm_gradient_reduction() {
   else if (reducer_) reducer_->arm();
 }
 
-bool Trainer::reset_each_phase() const { return cfg_.curriculum.phase_policy == "reset"; }
+bool Trainer::reset_each_phase() const { return cfg_.curriculum.phase_policy == PhasePolicy::kReset; }
 
 // A resumed run passes here too when its checkpoint ends a phase: the reset happens in the resumed
 // process at the same step, so the two runs stay one.
@@ -250,7 +253,7 @@ void Trainer::begin_phase(int64_t step, int stage) {
 }
 
 void Trainer::grow(int64_t step, int stage) {
-  const GrowInit init = parse_grow_init(cfg_.curriculum.grow_init, cfg_.source + ": curriculum.grow_init");
+  const GrowInit init = cfg_.curriculum.grow_init;
   const int64_t before = student_->depth();
   student_->grow_to(schedule_.depth_at(step), init);
   // New blocks: made on every student from the same seed, then student 0's copy is broadcast so
@@ -375,9 +378,9 @@ void Trainer::print_progress(const StepReport& r) const {
 }
 
 RunOutcome run_student(StudentRun& run) {
-  set_compute_threads(run.cfg.run.threads);
+  set_compute_threads(run.plan.cfg.run.threads);
   // student.tf32: LibTorch's switch is per process, like the thread count; CPU matmuls ignore it.
-  if (run.device.is_cuda()) at::globalContext().setAllowTF32CuBLAS(run.cfg.student.tf32);
+  if (run.device.is_cuda()) at::globalContext().setAllowTF32CuBLAS(run.plan.cfg.student.tf32);
   Trainer trainer(run);
   return trainer.run();
 }

@@ -10,7 +10,7 @@
 
 #include <c10/core/Device.h>
 
-#include "config/config.h"
+#include "train/run_plan.h"
 
 namespace deepen {
 
@@ -37,13 +37,12 @@ struct StepReport {
 // The parts of a run. Single process: SoloStudentGroup and a LocalTeacher (or no teacher for
 // pretraining); distributed: the same loop with dist/'s group and logit-channel teacher.
 struct StudentRun {
-  Config cfg;                            // resolved and validated
+  RunPlan plan;                          // the run's config and its resolved schedule, counts and loss
   const Tokenizer* tokenizer = nullptr;   // token classes for diagnostics
   BatchSource* batches = nullptr;
   TeacherSource* teacher = nullptr;      // nullptr: CE-only pretraining (distill.alpha ignored, 0)
   StudentGroup* group = nullptr;
   int world_rank = 0;                    // names this rank's step_time/rank<R>.jsonl
-  int64_t vocab_size = 0;                // rows of the student's embedding/head
   // Where the student, its optimizer state and each micro-batch live (batches are built on the CPU,
   // where their checksums are taken, and moved here before the forward). The teacher source
   // returns its targets on this device. Checkpoints are written from CPU copies and loaded here.

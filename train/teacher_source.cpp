@@ -29,7 +29,7 @@ TeacherTargets LocalTeacher::targets(const MicroBatch& batch) {
 std::string LocalTeacher::describe() const {
   if (head_.defined()) return "hidden";
   if (topk_ <= 0) return "full";
-  return "topk:" + std::to_string(topk_) + ":" + (tail_ == TopkTail::kBucket ? "bucket" : "renormalize");
+  return "topk:" + std::to_string(topk_) + ":" + option_name(tail_);
 }
 
 }  // namespace deepen

@@ -69,7 +69,7 @@ void Trainer::start_run_folder(bool resuming) {
   const nlohmann::json meta = {
       {"name", cfg_.run.name},
       {"tokenizer", run_.tokenizer->name()},
-      {"vocab_size", run_.vocab_size},
+      {"vocab_size", run_.plan.vocab},
       {"teacher", run_.teacher ? run_.teacher->describe() : "none (pretraining, CE only)"},
       {"students", group_.size()},
       {"tokens_per_step", schedule_.tokens_per_step},
@@ -144,8 +144,7 @@ void Trainer::checkpoint(CheckpointStore& store, bool final_step) {
 
 void Trainer::restore(const CheckpointStore::Found& found) {
   student_ = load_student(RunFolder::checkpoint_student(found.dir), device_,
-                          parse_cpu_kernels(cfg_.student.cpu_kernels, "student.cpu_kernels"),
-                          parse_recompute(cfg_.student.recompute, "student.recompute"));
+                          cfg_.student.cpu_kernels, cfg_.student.recompute);
   progress_ = read_train_progress(found.dir);
   // Freeze first: only the parameters that train at the saved step hold optimizer state.
   if (progress_.steps_done > 0) apply_freeze(schedule_.stage_of(progress_.steps_done - 1));

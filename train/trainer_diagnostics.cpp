@@ -3,9 +3,9 @@
 // type, and at phase ends block removal.
 #include <ATen/ATen.h>
 
-#include "curriculum/block_boundary_rms.h"
-#include "curriculum/block_removal.h"
-#include "curriculum/boundary_diagnostics.h"
+#include "diagnostics/block_boundary_rms.h"
+#include "diagnostics/block_removal.h"
+#include "diagnostics/boundary_diagnostics.h"
 #include "data/tokenizer.h"
 #include "train/batch_source.h"
 #include "train/micro_batch.h"

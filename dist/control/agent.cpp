@@ -15,7 +15,7 @@
 
 #include "dist/control/clock.h"
 #include "dist/control/framed_connection.h"
-#include "dist/control/sha256.h"
+#include "dist/control/hmac.h"
 #include "dist/control/stop_signals.h"
 
 namespace deepen::control {

@@ -43,8 +43,8 @@ struct ControlOptions {
 ControlOptions control_options(const ControlConfig& cfg, int rank, int world, const Secret& secret);
 
 // Where the coordinator runs, from the launch environment: DEEPEN_COORDINATOR ("host" or
-// "host:port", set by slurm/*.sbatch), else `slurm_host` (under srun: the first node of the
-// allocation, parse_slurm_env(slurm_environment())->coordinator_host from dist/slurm_env.h).
+// "host:port", set by slurm/*.sbatch from the allocation's first node), else `slurm_host` (a host the
+// caller knows runs the coordinator).
 // The port comes from there, else `port` (control.coordinator_port; 0 = the hosting rank binds a
 // free one and the caller broadcasts the endpoint host_coordinator() returns). nullopt when neither
 // is there (a single machine: host it on rank 0, bound to 127.0.0.1). Throws InputError naming

@@ -1,4 +1,4 @@
-// Coordinator: Asio server for agents (handshake, heartbeats, stop, watchdog) and for /metrics.
+// Coordinator: Asio server for agents (handshake, heartbeats, stop, watchdog); hosts the /metrics server.
 #include "dist/control/coordinator.h"
 
 #include <algorithm>
@@ -13,7 +13,8 @@
 
 #include "dist/control/clock.h"
 #include "dist/control/framed_connection.h"
-#include "dist/control/sha256.h"
+#include "dist/control/hmac.h"
+#include "dist/control/metrics_server.h"
 
 namespace deepen::control {
 
@@ -61,7 +62,6 @@ Abort abort_frame(const AbortInfo& info) {
 }  // namespace
 
 class AgentSession;
-class HttpSession;
 
 struct Coordinator::Impl : std::enable_shared_from_this<Coordinator::Impl> {
   struct Slot {
@@ -77,12 +77,11 @@ struct Coordinator::Impl : std::enable_shared_from_this<Coordinator::Impl> {
   CoordinatorOptions opt;
   asio::io_context io;
   tcp::acceptor acceptor{io};
-  std::optional<tcp::acceptor> metrics_acceptor;
+  std::optional<MetricsServer> metrics_server;
   asio::steady_timer watchdog_timer{io};
   asio::steady_timer ping_timer{io};
   asio::steady_timer stop_timer{io};
   asio::steady_timer accept_retry{io};
-  asio::steady_timer http_accept_retry{io};
   std::thread thread;
   Endpoint advertised;
   std::optional<Endpoint> metrics_advertised;
@@ -91,7 +90,6 @@ struct Coordinator::Impl : std::enable_shared_from_this<Coordinator::Impl> {
   // Touched only on the io thread.
   std::set<std::shared_ptr<AgentSession>> sessions;
   size_t pending = 0;   // unauthenticated sessions
-  size_t http_live = 0;
   std::string stop_reason;
   StopState stop_state = StopState::kNone;
   bool stopping = false;
@@ -141,7 +139,6 @@ struct Coordinator::Impl : std::enable_shared_from_this<Coordinator::Impl> {
 
   void start();
   void accept();
-  void accept_http();
   void arm_watchdog();
   void arm_ping();
   void check_watchdog();
@@ -351,90 +348,6 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
   int rank_ = -1;
 };
 
-// One /metrics request: bounded in size and time, answered, closed.
-class HttpSession : public std::enable_shared_from_this<HttpSession> {
- public:
-  HttpSession(Coordinator::Impl& owner, tcp::socket socket)
-      : owner_(owner), socket_(std::move(socket)), timer_(owner.io),
-        buffer_(owner.opt.http_max_request_bytes) {}
-
-  void start() {
-    ++owner_.http_live;
-    auto self = shared_from_this();
-    timer_.expires_after(from_seconds(owner_.opt.http_timeout_s));
-    timer_.async_wait([self](const error_code& ec) {
-      if (!ec) self->close();  // slow or silent client
-    });
-    asio::async_read_until(socket_, buffer_, "\r\n\r\n", [self](const error_code& ec, size_t) {
-      if (self->closed_) return;
-      if (ec == asio::error::not_found) {
-        self->respond("431 Request Header Fields Too Large", "request too large\n", "");
-      } else if (ec) {
-        self->close();
-      } else {
-        self->handle();
-      }
-    });
-  }
-
- private:
-  void handle() {
-    {
-      std::lock_guard lock(owner_.mu);
-      ++owner_.counters.http_requests;
-    }
-    std::istream in(&buffer_);
-    std::string line;
-    std::getline(in, line);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    const size_t a = line.find(' ');
-    const size_t b = a == std::string::npos ? a : line.find(' ', a + 1);
-    if (a == std::string::npos || b == std::string::npos || line.find(' ', b + 1) != std::string::npos ||
-        line.compare(b + 1, 7, "HTTP/1.") != 0) {
-      respond("400 Bad Request", "malformed request line\n", "");
-      return;
-    }
-    const std::string method = line.substr(0, a);
-    std::string path = line.substr(a + 1, b - a - 1);
-    path = path.substr(0, path.find('?'));
-    if (method != "GET") {
-      respond("405 Method Not Allowed", "only GET\n", "Allow: GET\r\n");
-    } else if (path != "/metrics") {
-      respond("404 Not Found", "only /metrics is served\n", "");
-    } else {
-      respond("200 OK", owner_.public_render(), "",
-              "text/plain; version=0.0.4; charset=utf-8");
-    }
-  }
-
-  void respond(const std::string& status, const std::string& body, const std::string& extra,
-               const std::string& type = "text/plain; charset=utf-8") {
-    response_ = "HTTP/1.1 " + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " +
-                std::to_string(body.size()) + "\r\n" + extra + "Connection: close\r\n\r\n" + body;
-    auto self = shared_from_this();
-    asio::async_write(socket_, asio::buffer(response_), [self](const error_code&, size_t) {
-      self->close();
-    });
-  }
-
-  void close() {
-    if (closed_) return;
-    closed_ = true;
-    error_code ec;
-    timer_.cancel();
-    socket_.shutdown(tcp::socket::shutdown_both, ec);
-    socket_.close(ec);
-    --owner_.http_live;
-  }
-
-  Coordinator::Impl& owner_;
-  tcp::socket socket_;
-  asio::steady_timer timer_;
-  asio::streambuf buffer_;
-  std::string response_;
-  bool closed_ = false;
-};
-
 std::string Coordinator::Impl::public_render() const {
   std::lock_guard lock(mu);
   return render_prometheus(snapshot_locked(Clock::now()), decided_stop, abort_info.has_value());
@@ -447,9 +360,14 @@ void Coordinator::Impl::start() {
   if (host.empty()) host = local.address().is_unspecified() ? this_host_name() : opt.bind;
   advertised = Endpoint{host, local.port()};
   if (opt.metrics) {
-    metrics_acceptor.emplace(make_acceptor(io, opt.metrics_bind, opt.metrics_port, "control /metrics"));
-    metrics_advertised = Endpoint{opt.metrics_bind, metrics_acceptor->local_endpoint().port()};
-    accept_http();
+    const MetricsServerLimits limits{opt.http_timeout_s, opt.http_max_request_bytes, opt.http_max_request_bytes};
+    metrics_server.emplace(make_acceptor(io, opt.metrics_bind, opt.metrics_port, "control /metrics"), limits,
+                           [this] { return public_render(); },
+                           [this] {
+                             std::lock_guard lock(mu);
+                             ++counters.http_requests;
+                           });
+    metrics_advertised = Endpoint{opt.metrics_bind, metrics_server->port()};
   }
   accept();
   arm_watchdog();
@@ -486,26 +404,6 @@ void Coordinator::Impl::accept() {
     accept_retry.expires_after(std::chrono::milliseconds(50));
     accept_retry.async_wait([this](const error_code& e) {
       if (!e && !stopping) accept();
-    });
-  });
-}
-
-void Coordinator::Impl::accept_http() {
-  metrics_acceptor->async_accept([this](const error_code& ec, tcp::socket socket) {
-    if (ec == asio::error::operation_aborted || stopping) return;
-    if (!ec) {
-      if (http_live >= 16) {  // scrapes are rare; a flood of slow clients must not eat descriptors
-        error_code ignore;
-        socket.close(ignore);
-      } else {
-        std::make_shared<HttpSession>(*this, std::move(socket))->start();
-      }
-      accept_http();
-      return;
-    }
-    http_accept_retry.expires_after(std::chrono::milliseconds(50));
-    http_accept_retry.async_wait([this](const error_code& e) {
-      if (!e && !stopping) accept_http();
     });
   });
 }
@@ -710,12 +608,11 @@ void Coordinator::stop() {
     im.stopping = true;
     error_code ec;
     im.acceptor.close(ec);
-    if (im.metrics_acceptor) im.metrics_acceptor->close(ec);
+    if (im.metrics_server) im.metrics_server->close();
     im.watchdog_timer.cancel();
     im.ping_timer.cancel();
     im.stop_timer.cancel();
     im.accept_retry.cancel();
-    im.http_accept_retry.cancel();
     const auto copy = im.sessions;
     for (const auto& s : copy) {
       if (s->authed()) {

@@ -33,8 +33,9 @@ struct CoordinatorOptions {
   bool metrics = false;             // serve GET /metrics
   std::string metrics_bind = "127.0.0.1";
   uint16_t metrics_port = 0;        // 0 = a free port; see metrics_endpoint()
-  double http_timeout_s = 5;        // a scrape must send its request headers within this
-  size_t http_max_request_bytes = 8192;
+  double http_timeout_s = 5;        // a scrape must send its whole request within this
+  size_t http_max_request_bytes = 8192;  // bound on a request's headers (431 past it) and, apart, on
+                                         // its body (413); dist/control/metrics_server.h
   std::function<void(const std::string&)> log;  // one line per event; default: stderr
 };
 
@@ -46,7 +47,7 @@ struct CoordinatorStats {
   uint64_t protocol_errors = 0;  // bad length prefix, unparsable frame, unexpected message
   uint64_t timed_out = 0;        // no handshake within auth_timeout_s
   uint64_t refused_busy = 0;     // over max_pending
-  uint64_t http_requests = 0;
+  uint64_t http_requests = 0;    // /metrics requests answered, whatever the status
 };
 
 class Coordinator {

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string_view>
 
-#include "dist/control/sha256.h"
+#include "dist/control/hmac.h"
 
 namespace deepen::control {
 namespace {

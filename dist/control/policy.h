@@ -30,7 +30,7 @@ struct AbortInfo {
 Mac agent_mac(const Secret& secret, const Nonce& server_nonce, const Auth& auth);
 Mac coordinator_mac(const Secret& secret, const Nonce& server_nonce, const Nonce& agent_nonce,
                     int32_t rank);
-Nonce random_nonce();
+Nonce random_nonce();  // 32 bytes from OpenSSL's RAND_bytes, as generate_secret()
 
 // ---- Watchdog ---------------------------------------------------------------------------------
 enum class RankState { kNeverConnected, kConnected, kLost, kDone };

@@ -1,14 +1,28 @@
-// /metrics body: the coordinator's view of every rank in Prometheus text exposition format 0.0.4.
-#include <charconv>
-#include <cmath>
+// /metrics body: the coordinator's view of every rank, as Prometheus text (prometheus-cpp writes it).
+//
+// prometheus-cpp, not a hand-written writer: the library escapes label values, writes the HELP/TYPE
+// lines and formats values (NaN as "Nan", which Prometheus' own parsers read), so that part of the
+// format is not deepen's to get wrong. Its data model (MetricFamily, ClientMetric), not its
+// Registry/Gauge API, because /metrics is a snapshot rendered on request from what the coordinator
+// already holds, not instruments updated in place. A sample's labels are a plain list there, so the
+// per-rank labels (rank, host, role) are three entries, and a label that several runs sharing one job
+// will need (run) is one more. What stays here: which families exist, the trainer metrics' names
+// made valid, and HELP escaping (the library writes HELP text as given).
 #include <map>
 #include <set>
 #include <string_view>
+
+#include <prometheus/client_metric.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
 
 #include "dist/control/coordinator.h"
 
 namespace deepen::control {
 namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
 
 // HELP text of the trainer metrics the design names; others get a generic line.
 const std::map<std::string, std::string, std::less<>>& known_help() {
@@ -35,25 +49,6 @@ const std::set<std::string, std::less<>>& builtin_families() {
   return kBuiltin;
 }
 
-std::string format_value(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[64];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  return ec == std::errc() ? std::string(buf, end) : "NaN";
-}
-
-std::string escape_label(std::string_view v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out;
-}
-
 // HELP text escapes only backslash and line feed (quotes stay as they are).
 std::string escape_help(std::string_view v) {
   std::string out;
@@ -63,11 +58,6 @@ std::string escape_help(std::string_view v) {
     else out += c;
   }
   return out;
-}
-
-std::string labels(const RankView& r) {
-  return "{rank=\"" + std::to_string(r.rank) + "\",host=\"" + escape_label(r.host) + "\",role=\"" +
-         escape_label(r.role) + "\"}";
 }
 
 // "eval/ce-loss" -> "deepen_eval_ce_loss"; a clash with a built-in family -> "deepen_metric_step".
@@ -81,71 +71,82 @@ std::string family_name(std::string_view key) {
   return name;
 }
 
-struct Family {
-  std::string help;
-  std::vector<std::string> samples;  // "labels value"
-};
+MetricFamily gauge_family(std::string name, std::string_view help) {
+  MetricFamily f;
+  f.name = std::move(name);
+  f.help = escape_help(help);
+  f.type = prometheus::MetricType::Gauge;
+  return f;
+}
 
-void emit(std::string& out, const std::string& name, const std::string& help,
-          const std::vector<std::string>& samples) {
-  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " gauge\n";
-  for (const auto& s : samples) out += name + s + "\n";
+ClientMetric sample(std::vector<ClientMetric::Label> labels, double value) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  m.gauge.value = value;
+  return m;
+}
+
+std::vector<ClientMetric::Label> rank_labels(const RankView& r) {
+  return {{"rank", std::to_string(r.rank)}, {"host", r.host}, {"role", r.role}};
 }
 
 }  // namespace
 
 std::string render_prometheus(const std::vector<RankView>& ranks, std::optional<int64_t> stop_step,
                               bool aborted) {
-  std::string out;
+  std::vector<MetricFamily> out;
+  auto job_gauge = [&](const char* name, std::string_view help, double value) {
+    out.push_back(gauge_family(name, help));
+    out.back().metric.push_back(sample({}, value));
+  };
   int connected = 0;
   std::vector<const RankView*> seen;  // ranks that ever connected: only they have a host and state
   for (const RankView& r : ranks) {
     if (r.state == RankState::kConnected) ++connected;
     if (r.state != RankState::kNeverConnected) seen.push_back(&r);
   }
-  emit(out, "deepen_world_size", "Ranks in the job.", {" " + std::to_string(ranks.size())});
-  emit(out, "deepen_ranks_connected", "Ranks whose control connection is up.",
-       {" " + std::to_string(connected)});
-  emit(out, "deepen_aborted", "1 once the watchdog has aborted the job.", {aborted ? " 1" : " 0"});
-  emit(out, "deepen_stop_step", "Agreed step of the coordinated stop; -1 while none.",
-       {" " + std::to_string(stop_step.value_or(-1))});
+  job_gauge("deepen_world_size", "Ranks in the job.", double(ranks.size()));
+  job_gauge("deepen_ranks_connected", "Ranks whose control connection is up.", connected);
+  job_gauge("deepen_aborted", "1 once the watchdog has aborted the job.", aborted ? 1 : 0);
+  job_gauge("deepen_stop_step", "Agreed step of the coordinated stop; -1 while none.",
+            double(stop_step.value_or(-1)));
 
-  auto per_rank = [&](const std::string& name, const std::string& help, auto value_of) {
-    std::vector<std::string> samples;
-    for (const RankView* r : seen) samples.push_back(labels(*r) + " " + value_of(*r));
-    emit(out, name, help, samples);
+  auto per_rank = [&](const char* name, std::string_view help, auto value_of) {
+    out.push_back(gauge_family(name, help));
+    for (const RankView* r : seen) out.back().metric.push_back(sample(rank_labels(*r), value_of(*r)));
   };
-  if (seen.empty()) return out;
-  per_rank("deepen_rank_up", "1 while the rank's control connection is up.",
-           [](const RankView& r) { return std::string(r.state == RankState::kConnected ? "1" : "0"); });
-  per_rank("deepen_step", "Optimizer steps completed by the rank; -1 before the first.",
-           [](const RankView& r) { return std::to_string(r.step); });
-  per_rank("deepen_stage", "Curriculum stage of the rank.",
-           [](const RankView& r) { return std::to_string(r.stage); });
-  per_rank("deepen_active_depth", "Active student depth (blocks in use) on the rank.",
-           [](const RankView& r) { return std::to_string(r.depth); });
-  per_rank("deepen_heartbeat_age_seconds", "Seconds since the coordinator last heard from the rank.",
-           [](const RankView& r) { return format_value(r.heartbeat_age_s); });
+  if (!seen.empty()) {
+    per_rank("deepen_rank_up", "1 while the rank's control connection is up.",
+             [](const RankView& r) { return r.state == RankState::kConnected ? 1.0 : 0.0; });
+    per_rank("deepen_step", "Optimizer steps completed by the rank; -1 before the first.",
+             [](const RankView& r) { return double(r.step); });
+    per_rank("deepen_stage", "Curriculum stage of the rank.", [](const RankView& r) { return double(r.stage); });
+    per_rank("deepen_active_depth", "Active student depth (blocks in use) on the rank.",
+             [](const RankView& r) { return double(r.depth); });
+    per_rank("deepen_heartbeat_age_seconds", "Seconds since the coordinator last heard from the rank.",
+             [](const RankView& r) { return r.heartbeat_age_s; });
+  }
 
-  std::map<std::string, Family> families;
+  std::map<std::string, MetricFamily> trainer;  // by name, so the text's order does not follow the ranks'
   for (const RankView* r : seen) {
     std::set<std::string> names_this_rank;  // a repeated series would make the exposition invalid
     for (const auto& [key, value] : r->metrics) {
       if (key.empty()) continue;
       const std::string name = family_name(key);
       if (!names_this_rank.insert(name).second) continue;
-      Family& f = families[name];
-      if (f.help.empty()) {
-        const auto it = known_help().find(key);
-        f.help = it != known_help().end()
-                     ? it->second
-                     : "Trainer metric \"" + escape_help(key) + "\" as reported by each rank.";
+      auto it = trainer.find(name);
+      if (it == trainer.end()) {
+        const auto help = known_help().find(key);
+        it = trainer.emplace(name, gauge_family(name, help != known_help().end()
+                                                          ? help->second
+                                                          : "Trainer metric \"" + key + "\" as reported by each rank."))
+                 .first;
       }
-      f.samples.push_back(labels(*r) + " " + format_value(value));
+      it->second.metric.push_back(sample(rank_labels(*r), value));
     }
   }
-  for (const auto& [name, f] : families) emit(out, name, f.help, f.samples);
-  return out;
+  for (auto& [name, f] : trainer) out.push_back(std::move(f));
+  return prometheus::TextSerializer().Serialize(out);
 }
 
 }  // namespace deepen::control

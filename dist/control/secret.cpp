@@ -1,8 +1,8 @@
-// Per-job secret: generation (getrandom), hex form, and the mode-0600 file that carries it.
+// Per-job secret: generation (OpenSSL's RAND_bytes), hex form, and the mode-0600 file that carries it.
 #include "dist/control/secret.h"
 
 #include <fcntl.h>
-#include <sys/random.h>
+#include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,21 +14,15 @@
 #include <stdexcept>
 
 #include "config/input_error.h"
-#include "dist/control/sha256.h"
+#include "dist/control/hex.h"
+#include "dist/control/openssl_error.h"
 
 namespace deepen::control {
 
 Secret generate_secret() {
   Secret s;
-  size_t got = 0;
-  while (got < s.size()) {
-    const ssize_t n = getrandom(s.data() + got, s.size() - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error(std::string("getrandom failed: ") + std::strerror(errno));
-    }
-    got += size_t(n);
-  }
+  // RAND_bytes fails rather than return bytes from an unseeded generator.
+  if (RAND_bytes(s.data(), int(s.size())) != 1) throw openssl_error("job secret: OpenSSL RAND_bytes failed");
   return s;
 }
 

@@ -11,7 +11,7 @@ namespace deepen::control {
 
 using Secret = std::array<uint8_t, 32>;
 
-// 32 bytes from the kernel's CSPRNG (getrandom); throws std::runtime_error if it fails.
+// 32 bytes from OpenSSL's CSPRNG (RAND_bytes); throws std::runtime_error if it fails.
 Secret generate_secret();
 
 // 64 lower-case hex characters.

@@ -28,7 +28,7 @@ TEST(Config, GrowStagesDefaultToOneBlockPerStage) {
 TEST(Config, SetOverridesWinOverTheFile) {
   Config cfg = parse_config(kMinimal, "x.toml", {"optim.lr=1e-3", "student.norm=post", "run.name=\"a b\""});
   EXPECT_DOUBLE_EQ(cfg.optim.lr, 1e-3);
-  EXPECT_EQ(cfg.student.norm, "post");
+  EXPECT_EQ(cfg.student.norm, NormPlacement::kPost);
   EXPECT_EQ(cfg.run.name, "a b");
 }
 
@@ -49,6 +49,57 @@ TEST(Config, UnknownKeyIsNamed) {
 TEST(Config, WrongTypeIsNamed) {
   EXPECT_NE(error_of(kMinimal, {"student.layers=\"three\""}).find("student.layers: expected an integer, got a string"),
             std::string::npos);
+}
+
+// A value given on the command line is named as --set, not as a line of the file that never held
+// it; a value from the file still names the file.
+TEST(Config, ABadSetValueIsNamedAsSetAndAFileValueByTheFile) {
+  EXPECT_EQ(error_of(kMinimal, {"optim.lr=\"fast\""}), "--set optim.lr: expected a number, got a string");
+  EXPECT_EQ(error_of(kMinimal, {"optim.lr=-1"}), "--set optim.lr: must be > 0, got -1.0");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "[optim]\nlr = -1\n"), "x.toml: optim.lr: must be > 0, got -1.0");
+  EXPECT_EQ(error_of(kMinimal, {"bogus.key=1"}), "--set bogus.key: unknown section [bogus]");
+}
+
+// Collects the "section.key" of every float key a section's visit() lists.
+struct FloatKeys {
+  std::string section;
+  std::vector<std::string>* out;
+  void operator()(const char* key, double&) { out->push_back(section + "." + key); }
+  void operator()(const char* key, std::vector<double>&) { out->push_back(section + "." + key); }
+  template <class T> void operator()(const char*, T&) {}
+};
+
+// Every float key: TOML spells inf and nan, and a value past fp32's range (1e308) becomes inf the
+// moment it meets a float tensor. Each fails at load time naming its key, from the file or --set.
+// The keys are enumerated from the config's own visit(), so a key added later is covered too.
+TEST(Config, EveryFloatKeyRefusesInfNanAndValuesPastFp32NamingTheKey) {
+  std::vector<std::string> keys;
+  Config cfg;
+  auto each_section = [&](const char* name, auto& section) {
+    FloatKeys visitor{name, &keys};
+    section.visit(visitor);
+  };
+  cfg.visit_sections(each_section);
+  ASSERT_GE(keys.size(), 15u);
+  for (const std::string& key : keys) {
+    const bool list = key == "optim.betas";
+    for (const std::string& bad : {"inf", "-inf", "nan", "1e308"}) {
+      const std::string value = list ? "[0.9, " + bad + "]" : bad;
+      const std::string from_set = error_of(kMinimal, {key + "=" + value});
+      EXPECT_NE(from_set.find("--set " + key + (list ? "[1]" : "") + ": must be a finite number within fp32's range"),
+                std::string::npos) << from_set;
+      const std::string section = key.substr(0, key.find('.')), name = key.substr(key.find('.') + 1);
+      const std::string text = section == "student" || section == "curriculum"
+                                   ? "" : std::string(kMinimal) + "[" + section + "]\n" + name + " = " + value + "\n";
+      if (text.empty()) continue;  // kMinimal holds those sections already; --set covered them
+      const std::string from_file = error_of(text);
+      EXPECT_NE(from_file.find("x.toml: " + key), std::string::npos) << from_file;
+    }
+  }
+  // The four settings that trained to NaN or silently turned a control off.
+  for (const char* set : {"optim.lr=inf", "optim.weight_decay=inf", "optim.weight_decay=nan", "optim.grad_clip=nan"})
+    EXPECT_THROW(parse_config(kMinimal, "x.toml", {set}), InputError) << set;
+  EXPECT_NO_THROW(parse_config(kMinimal, "x.toml", {"optim.lr=3.4e38"}));
 }
 
 TEST(Config, MalformedTomlGivesLineAndColumn) {
@@ -75,15 +126,15 @@ TEST(Config, DocumentPackingKeysAreValidatedAndNamed) {
   const Config cfg = parse_config(kMinimal, "x.toml",
                                   {"data.packing=\"documents\"", "data.max_len=8192", "data.replay_shard_tokens=3110000000",
                                    "data.valid_documents=4833"});
-  EXPECT_EQ(cfg.data.packing, "documents");
+  EXPECT_EQ(cfg.data.packing, Packing::kDocuments);
   EXPECT_EQ(cfg.data.max_len, 8192);
   EXPECT_EQ(cfg.data.replay_shard_tokens, 3110000000);
   EXPECT_EQ(cfg.data.valid_documents, 4833);
-  EXPECT_EQ(Config{}.data.packing, "windows");  // today's packed windows stay the default
-  EXPECT_NE(error_of(kMinimal, {"data.packing=\"packed\""}).find("x.toml: data.packing: must be \"windows\" | \"documents\""),
+  EXPECT_EQ(Config{}.data.packing, Packing::kWindows);  // today's packed windows stay the default
+  EXPECT_NE(error_of(kMinimal, {"data.packing=\"packed\""}).find("--set data.packing: must be \"windows\" | \"documents\""),
             std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"data.replay_shard_tokens=100"})
-                .find("x.toml: data.replay_shard_tokens: needs data.packing = \"documents\""),
+                .find("--set data.replay_shard_tokens: needs data.packing = \"documents\""),
             std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"data.valid_documents=10"}).find("data.valid_documents: needs data.packing"),
             std::string::npos);
@@ -137,9 +188,9 @@ TEST(Config, PhasePolicyAndTeacherInitAreChecked) {
             std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"student.init=copy"}).find("student.init: must be"), std::string::npos);
   const Config cfg = parse_config(kMinimal, "x.toml", {"student.init=teacher", "student.tie_embeddings=false"});
-  EXPECT_EQ(cfg.student.init, "teacher");
+  EXPECT_EQ(cfg.student.init, StudentInit::kTeacher);
   EXPECT_TRUE(cfg.curriculum.freeze_head_and_norm);  // the literal reading is the default
-  EXPECT_EQ(cfg.curriculum.phase_policy, "keep");    // today's behaviour is the default
+  EXPECT_EQ(cfg.curriculum.phase_policy, PhasePolicy::kKeep);    // today's behaviour is the default
 }
 
 // The header's example, and keys that differ nowhere are not listed.
@@ -160,8 +211,8 @@ TEST(Config, WithoutExecutionSettingsKeepsOnlyWhatIsTrained) {
   const Config b = parse_config(kMinimal, "b.toml",
                                 {"run.threads=2", "run.device=\"cpu\"", "student.cpu_kernels=\"aten\"",
                                  "teacher.cpu_kernels=\"fused\"", "student.recompute=\"layer\"", "control.watchdog_s=7",
-                                 "student.tf32=true", "distill.row_chunk=64"});
-  EXPECT_EQ(config_differences(a, b).size(), 8u);
+                                 "student.tf32=true", "run.tensorboard=true", "distill.row_chunk=64"});
+  EXPECT_EQ(config_differences(a, b).size(), 9u);
   EXPECT_TRUE(config_differences(without_execution_settings(a), without_execution_settings(b)).empty());
   const Config c = parse_config(kMinimal, "c.toml", {"run.threads=2", "curriculum.stage_steps=[10, 10, 11]"});
   const auto d = config_differences(without_execution_settings(a), without_execution_settings(c));
@@ -227,13 +278,13 @@ TEST(Config, WithoutLayoutKeepsTheGlobalBatchAndDropsTheRanks) {
 
 // The rank order is a layout setting: one of two names, written out with the resolved config.
 TEST(Config, RankOrderIsRolesOrPipelinesAndRoundTrips) {
-  EXPECT_EQ(parse_config(kMinimal, "x.toml").parallel.rank_order, "roles");
+  EXPECT_EQ(parse_config(kMinimal, "x.toml").parallel.rank_order, RankOrder::kRoles);
   const Config c = parse_config(kMinimal, "x.toml", {"parallel.rank_order=\"pipelines\""});
-  EXPECT_EQ(c.parallel.rank_order, "pipelines");
+  EXPECT_EQ(c.parallel.rank_order, RankOrder::kPipelines);
   EXPECT_NE(to_toml(c).find("rank_order = \"pipelines\""), std::string::npos) << to_toml(c);
-  EXPECT_EQ(parse_config(to_toml(c), "resolved.toml").parallel.rank_order, "pipelines");
+  EXPECT_EQ(parse_config(to_toml(c), "resolved.toml").parallel.rank_order, RankOrder::kPipelines);
   const std::string e = error_of(kMinimal, {"parallel.rank_order=\"colocated\""});
-  EXPECT_NE(e.find("x.toml: parallel.rank_order: must be \"roles\" | \"pipelines\", got \"colocated\""),
+  EXPECT_NE(e.find("--set parallel.rank_order: must be \"roles\" | \"pipelines\", got \"colocated\""),
             std::string::npos)
       << e;
 }
@@ -245,17 +296,17 @@ TEST(Config, ShardingIsNoneGradOpOrFullAndFullNeedsLayerRecompute) {
                                 {"parallel.sharding=\"grad_op\"", "parallel.bucket_cap_mb=0.5",
                                  "parallel.overlap_grad_reduce=false"});
   const Config back = parse_config(to_toml(c), "resolved.toml");
-  EXPECT_EQ(back.parallel.sharding, "grad_op");
+  EXPECT_EQ(back.parallel.sharding, Sharding::kGradOp);
   EXPECT_EQ(back.parallel.bucket_cap_mb, 0.5);
   EXPECT_FALSE(back.parallel.overlap_grad_reduce);
   EXPECT_EQ(to_toml(without_layout(c)), to_toml(without_layout(parse_config(kMinimal, "x.toml"))));
   // "full" with layer recomputation round-trips and leaves the resume hash's settings alone.
   const Config full = parse_config(kMinimal, "x.toml", {"parallel.sharding=\"full\"", "student.recompute=\"layer\""});
-  EXPECT_EQ(parse_config(to_toml(full), "resolved.toml").parallel.sharding, "full");
+  EXPECT_EQ(parse_config(to_toml(full), "resolved.toml").parallel.sharding, Sharding::kFull);
   EXPECT_EQ(to_toml(without_layout(without_execution_settings(full))),
             to_toml(without_layout(without_execution_settings(parse_config(kMinimal, "x.toml")))));
   const std::string no_recompute = error_of(kMinimal, {"parallel.sharding=\"full\""});
-  EXPECT_NE(no_recompute.find("x.toml: parallel.sharding: \"full\" needs student.recompute = \"layer\" (got \"none\")"),
+  EXPECT_NE(no_recompute.find("--set parallel.sharding: \"full\" needs student.recompute = \"layer\" (got \"none\")"),
             std::string::npos)
       << no_recompute;
   EXPECT_NE(no_recompute.find("use \"grad_op\""), std::string::npos) << no_recompute;

@@ -18,17 +18,17 @@ ParallelConfig layout(int64_t T, int64_t P, int64_t S) {
 TEST(LayoutLabel, NamesANonDefaultRankOrderAndShardingAfterTheCounts) {
   ParallelConfig p = layout(2, 1, 4);
   EXPECT_EQ(layout_label(p), "2x1+4");
-  p.rank_order = "pipelines";
+  p.rank_order = RankOrder::kPipelines;
   EXPECT_EQ(layout_label(p), "2x1+4 pipelines");
-  p.sharding = "grad_op";
+  p.sharding = Sharding::kGradOp;
   EXPECT_EQ(layout_label(p), "2x1+4 pipelines grad_op");
   ParallelConfig q = layout(1, 1, 4);
-  q.sharding = "grad_op";
+  q.sharding = Sharding::kGradOp;
   EXPECT_EQ(layout_label(q), "1x1+4 grad_op");
   // Settings that do not change which rank holds what leave the label alone.
   q.bucket_cap_mb = 8;
   q.micro_batch = 1;
-  q.backend = "mpi";
+  q.backend = Backend::kMpi;
   EXPECT_EQ(layout_label(q), "1x1+4 grad_op");
 }
 

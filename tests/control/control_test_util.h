@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>  // environ (g++ defines _GNU_SOURCE)
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -128,9 +129,13 @@ inline std::string parse_prometheus(const std::string& text, std::vector<PromSam
     if (i >= line.size() || line[i] != ' ') return where + "expected a space before the value";
     const std::string rest = line.substr(i + 1);
     const std::string value_text = rest.substr(0, rest.find(' '));
-    if (value_text == "NaN") s.value = std::nan("");
-    else if (value_text == "+Inf") s.value = INFINITY;
-    else if (value_text == "-Inf") s.value = -INFINITY;
+    // NaN and infinities in any case, as Go's ParseFloat (Prometheus' own reader) takes them:
+    // prometheus-cpp writes "Nan".
+    std::string lower;
+    for (char c : value_text) lower += char(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == "nan") s.value = std::nan("");
+    else if (lower == "+inf" || lower == "inf") s.value = INFINITY;
+    else if (lower == "-inf") s.value = -INFINITY;
     else {
       char* end = nullptr;
       s.value = std::strtod(value_text.c_str(), &end);

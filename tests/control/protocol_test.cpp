@@ -1,5 +1,9 @@
-// Control plane, pure parts: SHA-256/HMAC vectors, wire format (round trips, rejects, fuzz), secret
+// Control plane, pure parts: HMAC vectors and the OpenSSL it runs on, wire format (round trips, rejects, fuzz), secret
 // files, endpoints, watchdog and stop decisions, Prometheus rendering.
+#include <dlfcn.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,7 +21,8 @@
 #include "dist/control/endpoint.h"
 #include "dist/control/policy.h"
 #include "dist/control/secret.h"
-#include "dist/control/sha256.h"
+#include "dist/control/hex.h"
+#include "dist/control/hmac.h"
 #include "dist/control/wire.h"
 #include "tests/control/control_test_util.h"
 
@@ -28,54 +33,75 @@ std::span<const uint8_t> bytes_of(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
-// Expected digests computed with Python's hashlib / hmac.
-TEST(ControlSha256, MatchesFipsVectorsAndPythonAtBlockBoundaries) {
-  EXPECT_EQ(to_hex(sha256("")), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(to_hex(sha256("abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  EXPECT_EQ(to_hex(sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")),
-            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  EXPECT_EQ(to_hex(sha256(std::string(1000000, 'a'))),
-            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-  // Lengths around the 56-byte padding edge and the 64-byte block: bytes 0, 1, 2, ...
-  const std::map<size_t, std::string> expected = {
-      {55, "463eb28e72f82e0a96c0a4cc53690c571281131f672aa229e0d45ae59b598b59"},
-      {56, "da2ae4d6b36748f2a318f23e7ab1dfdf45acdc9d049bd80e59de82a60895f562"},
-      {63, "29af2686fd53374a36b0846694cc342177e428d1647515f078784d69cdb9e488"},
-      {64, "fdeab9acf3710362bd2658cdc9a29e8f9c757fcf9811603a8c447cd1d9151108"},
-      {65, "4bfd2c8b6f1eec7a2afeb48b934ee4b2694182027e6d0fc075074f2fabb31781"},
-      {119, "da18797ed7c3a777f0847f429724a2d8cd5138e6ed2895c3fa1a6d39d18f7ec6"},
-      {120, "f52b23db1fbb6ded89ef42a23ce0c8922c45f25c50b568a93bf1c075420bbb7c"},
-      {127, "92ca0fa6651ee2f97b884b7246a562fa71250fedefe5ebf270d31c546bfea976"},
-      {128, "471fb943aa23c511f6f72f8d1652d9c880cfa392ad80503120547703e56a2be5"}};
-  for (const auto& [n, hex] : expected) {
-    std::vector<uint8_t> data(n);
-    for (size_t i = 0; i < n; ++i) data[i] = uint8_t(i);
-    EXPECT_EQ(to_hex(sha256(data)), hex) << n << " bytes in one update";
-    Sha256 chunked;  // the same bytes fed in uneven pieces
-    for (size_t i = 0; i < n; i += 7) chunked.update(std::span(data).subspan(i, std::min<size_t>(7, n - i)));
-    EXPECT_EQ(to_hex(chunked.finish()), hex) << n << " bytes in 7-byte updates";
+// RFC 4231's HMAC-SHA256 test cases (5, a truncated MAC, is not a case deepen has): keys shorter
+// than, and longer than, SHA-256's 64-byte block, which the RFC hashes first (6 and 7).
+TEST(ControlHmac, MatchesRfc4231) {
+  struct Case {
+    std::vector<uint8_t> key;
+    std::string data;
+    const char* mac;
+  };
+  std::vector<uint8_t> key4(25);
+  for (size_t i = 0; i < key4.size(); ++i) key4[i] = uint8_t(i + 1);
+  const std::vector<Case> cases = {
+      {std::vector<uint8_t>(20, 0x0b), "Hi There", "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"},
+      {{'J', 'e', 'f', 'e'}, "what do ya want for nothing?",
+       "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"},
+      {std::vector<uint8_t>(20, 0xaa), std::string(50, '\xdd'),
+       "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"},
+      {key4, std::string(50, '\xcd'), "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b"},
+      {std::vector<uint8_t>(131, 0xaa), "Test Using Larger Than Block-Size Key - Hash Key First",
+       "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"},
+      {std::vector<uint8_t>(131, 0xaa),
+       "This is a test using a larger than block-size key and a larger than block-size data. The key needs to "
+       "be hashed before being used by the HMAC algorithm.",
+       "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"}};
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const Case& k = cases[c];
+    EXPECT_EQ(to_hex(hmac_sha256(k.key, {bytes_of(k.data)})), k.mac) << "RFC 4231 case " << (c < 4 ? c + 1 : c + 2);
+    // The handshake MACs are over several parts: the same bytes cut anywhere give the same MAC.
+    const auto all = bytes_of(k.data);
+    const size_t cut1 = all.size() / 3, cut2 = std::max(cut1, all.size() - 7);
+    EXPECT_EQ(to_hex(hmac_sha256(k.key, {all.subspan(0, cut1), {}, all.subspan(cut1, cut2 - cut1), all.subspan(cut2)})),
+              k.mac)
+        << "in parts, case " << (c < 4 ? c + 1 : c + 2);
+  }
+  EXPECT_THROW(hmac_sha256({}, {bytes_of("x")}), std::invalid_argument);
+}
+
+// The pyarrow wheel's libparquet exports a bundled OpenSSL (another version) under the same names,
+// and the dynamic linker binds each call to the first library that defines it. The link order
+// (CMakeLists.txt: libcrypto before libparquet) must give the control plane the system's libcrypto,
+// the one the distribution patches. dladdr names the library a call resolves to.
+TEST(ControlHmac, RunsOnTheSystemLibcrypto) {
+  const std::vector<std::pair<const char*, void*>> calls = {
+      {"EVP_MAC_fetch", reinterpret_cast<void*>(&EVP_MAC_fetch)},
+      {"EVP_MAC_final", reinterpret_cast<void*>(&EVP_MAC_final)},
+      {"CRYPTO_memcmp", reinterpret_cast<void*>(&CRYPTO_memcmp)},
+      {"RAND_bytes", reinterpret_cast<void*>(&RAND_bytes)}};
+  for (const auto& [name, address] : calls) {
+    Dl_info info{};
+    ASSERT_NE(dladdr(address, &info), 0) << name;
+    EXPECT_NE(std::string(info.dli_fname).find("libcrypto.so"), std::string::npos)
+        << name << " resolves to " << info.dli_fname;
   }
 }
 
-TEST(ControlSha256, HmacMatchesRfc4231) {
-  const std::vector<uint8_t> key1(20, 0x0b);
-  EXPECT_EQ(to_hex(hmac_sha256(key1, {bytes_of("Hi There")})),
-            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
-  EXPECT_EQ(to_hex(hmac_sha256(bytes_of("Jefe"), {bytes_of("what do ya "), bytes_of("want for nothing?")})),
-            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
-  const std::vector<uint8_t> long_key(131, 0xaa);  // longer than a block: hashed first
-  EXPECT_EQ(to_hex(hmac_sha256(long_key, {bytes_of("Test Using Larger Than Block-Size Key - Hash Key First")})),
-            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+TEST(ControlHmac, DigestEqualIsEqualityOfBytesAndSizes) {
+  const Digest a = hmac_sha256(bytes_of("key"), {bytes_of("x")});
+  Digest b = a;
+  EXPECT_TRUE(digest_equal(a, b));
+  b[31] ^= 1;
+  EXPECT_FALSE(digest_equal(a, b));
+  EXPECT_FALSE(digest_equal(a, std::span<const uint8_t>(a).first(31)));
 }
 
-TEST(ControlSha256, HexRoundTripsAndRejectsNonHex) {
+TEST(ControlHex, RoundTripsAndRejectsNonHex) {
   const std::vector<uint8_t> b = {0x00, 0x7f, 0xff, 0xa5};
   EXPECT_EQ(to_hex(b), "007fffa5");
   EXPECT_EQ(from_hex("007FFFA5"), b);
   EXPECT_FALSE(from_hex("abc").has_value());
   EXPECT_FALSE(from_hex("zz").has_value());
-  EXPECT_TRUE(digest_equal(sha256("x"), sha256("x")));
-  EXPECT_FALSE(digest_equal(sha256("x"), sha256("y")));
 }
 
 std::vector<Message> sample_messages() {

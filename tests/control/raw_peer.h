@@ -17,9 +17,9 @@
 #include <variant>
 #include <vector>
 
+#include "dist/control/hmac.h"
 #include "dist/control/policy.h"
 #include "dist/control/secret.h"
-#include "dist/control/sha256.h"
 #include "dist/control/wire.h"
 
 namespace deepen::control::test_support {

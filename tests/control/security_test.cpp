@@ -8,7 +8,6 @@
 
 #include <gtest/gtest.h>
 
-#include "dist/control/sha256.h"
 #include "tests/control/loopback_job.h"
 #include "tests/control/raw_peer.h"
 

@@ -16,7 +16,7 @@ namespace {
 
 CurriculumConfig grow_tokens(std::vector<int64_t> stages, std::vector<std::string> tokens) {
   CurriculumConfig c;
-  c.mode = "grow";
+  c.mode = CurriculumMode::kGrow;
   c.stages = std::move(stages);
   c.stage_tokens = std::move(tokens);
   return c;
@@ -88,7 +88,7 @@ TEST(GrowthSchedule, StageStepsAreTakenAsGiven) {
 
 TEST(GrowthSchedule, JointRunIsOneStageWithoutGrowth) {
   CurriculumConfig c;
-  c.mode = "joint";
+  c.mode = CurriculumMode::kJoint;
   c.stages = {9};
   c.stage_tokens = {"1M"};
   const GrowthSchedule g = make_growth_schedule(c, 32768);
@@ -214,8 +214,8 @@ freeze_prefix = true
 )", "g.toml");
   const Config single = single_block_control(grow);
   EXPECT_EQ(single.student.layers, 1);
-  EXPECT_EQ(single.student.norm, "post");
-  EXPECT_EQ(single.curriculum.mode, "joint");
+  EXPECT_EQ(single.student.norm, NormPlacement::kPost);
+  EXPECT_EQ(single.curriculum.mode, CurriculumMode::kJoint);
   EXPECT_EQ(single.curriculum.stages, (std::vector<int64_t>{1}));
   EXPECT_EQ(single.curriculum.stage_tokens, (std::vector<std::string>{"50M"}));
   EXPECT_FALSE(single.curriculum.freeze_prefix);
@@ -241,7 +241,7 @@ TEST(GrowthSchedule, BlocksOfThreeLayersGiveThePapersDepths) {
 
 TEST(GrowthSchedule, JointPhasesAtFixedDepthStartPhasesWithoutGrowth) {
   CurriculumConfig c;
-  c.mode = "joint";
+  c.mode = CurriculumMode::kJoint;
   c.stages = {3, 3};
   c.block_layers = 3;
   c.stage_steps = {4, 4};

@@ -72,7 +72,7 @@ TEST(LrSchedule, FromConfigFollowsTheGrowthSchedule) {
   o.lr = 3e-4;
   o.min_lr_ratio = 0.0;
   o.warmup_steps = 2;
-  o.schedule = "cosine";
+  o.schedule = LrShape::kCosine;
   const LrSchedule s = make_lr_schedule(o, g, 3);
   EXPECT_EQ(s.total_steps, 12);
   EXPECT_EQ(s.growth_steps, (std::vector<int64_t>{4, 8}));

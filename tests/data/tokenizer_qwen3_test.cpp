@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 
 std::string qwen3_json() {
   if (const char* env = std::getenv("DEEPEN_QWEN3_TOKENIZER")) return env;
-  return std::string(test::kSourceDir) + "/../shared/qwen3/tokenizer.json";
+  return test::kQwen3Tokenizer;
 }
 
 const Tokenizer& qwen3() {

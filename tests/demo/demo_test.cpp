@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "study/study_process.h"
+#include "child_process/child_process.h"
 #include "tests/test_paths.h"
 
 namespace deepen {

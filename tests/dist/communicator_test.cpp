@@ -9,6 +9,7 @@
 #include "config/input_error.h"
 #include "dist/communicator.h"
 #include "dist/mpi_session.h"
+#include "dist/run_device.h"
 #ifdef DEEPEN_WITH_NCCL
 #include <c10/cuda/CUDAFunctions.h>
 #endif
@@ -38,7 +39,7 @@ bool same_bits(const at::Tensor& a, const at::Tensor& b) {
 TEST(CommunicatorSingle, SendToSelfIsBitExactAndCollectivesAreIdentity) {
   auto comm = make_mpi_communicator(session());
   ASSERT_EQ(comm->size(), 1);
-  EXPECT_EQ(comm->backend(), "mpi");
+  EXPECT_EQ(comm->backend(), Backend::kMpi);
   at::Tensor x = at::randn({1000});
   x[0] = std::numeric_limits<float>::quiet_NaN();
   at::Tensor y = at::empty({1000});
@@ -82,17 +83,20 @@ TEST(CommunicatorSingle, SplitOutsideEveryGroupGivesNull) {
   EXPECT_THROW(same->barrier(), CommError);
 }
 
+// parallel.backend = "auto" as a job resolves it (dist/run_device.h), then the communicator it makes.
 TEST(CommunicatorSingle, AutoChoosesNcclOnlyWithAGpu) {
-  auto comm = make_communicator("auto", session(), 300);
-  EXPECT_EQ(comm->backend(), nccl_available() && cuda_devices() > 0 ? "nccl" : "mpi");
-  EXPECT_EQ(make_communicator("mpi", session(), 300)->backend(), "mpi");
-  if (!nccl_available() || cuda_devices() == 0) EXPECT_THROW(make_communicator("nccl", session(), 300), InputError);
+  const RunDevice device = resolve_run_device(RunDevice::kAuto, cuda_devices(), "x.toml");
+  auto comm = make_communicator(world_backend(Backend::kAuto, device, nccl_available(), "x.toml"), session(), 300);
+  EXPECT_EQ(comm->backend(), nccl_available() && cuda_devices() > 0 ? Backend::kNccl : Backend::kMpi);
+  EXPECT_EQ(make_communicator(Backend::kMpi, session(), 300)->backend(), Backend::kMpi);
+  if (!nccl_available() || cuda_devices() == 0)
+    EXPECT_THROW(world_backend(Backend::kNccl, device, nccl_available(), "x.toml"), InputError);
 }
 
 TEST(CommunicatorNccl, OneRankOnOneGpu) {
   if (!nccl_available() || cuda_devices() == 0) GTEST_SKIP() << "no NCCL build or no CUDA device";
-  auto comm = make_communicator("nccl", session(), 300);
-  ASSERT_EQ(comm->backend(), "nccl");
+  auto comm = make_communicator(Backend::kNccl, session(), 300);
+  ASSERT_EQ(comm->backend(), Backend::kNccl);
   const at::Device dev(at::kCUDA, 0);
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     at::Tensor x = at::randn({4096}, at::TensorOptions().device(dev)).to(dtype);

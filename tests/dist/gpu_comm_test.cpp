@@ -33,7 +33,7 @@ class LoopbackChannel final : public Communicator {
   LoopbackChannel(Communicator& self, int as_rank) : self_(self), rank_(as_rank) {}
   int rank() const override { return rank_; }
   int size() const override { return 2; }
-  std::string backend() const override { return self_.backend(); }
+  Backend backend() const override { return self_.backend(); }
   at::Device device() const override { return self_.device(); }
   void send(const at::Tensor& t, int, int tag) override { self_.send(t, 0, tag); }
   void recv(const at::Tensor& t, int, int tag) override { self_.recv(t, 0, tag); }
@@ -85,18 +85,26 @@ void channel_round_trip(at::Device device) {
   const int64_t vocab = 50, k = 5;
   const at::Tensor ids = at::randint(0, vocab, {2, 6}, at::kLong);
   const at::Tensor logits = at::randn({12, vocab}, at::TensorOptions().device(device)) * 3;
-  for (const std::string mode : {"full", "bf16", "topk"}) {
+  struct Mode {
+    TeacherOutput logits;
+    FloatDtype wire;
+    const char* name;
+  };
+  for (const Mode m : {Mode{TeacherOutput::kFull, FloatDtype::kFp32, "full"},
+                       Mode{TeacherOutput::kFull, FloatDtype::kBf16, "bf16"},
+                       Mode{TeacherOutput::kTopk, FloatDtype::kFp32, "topk"}}) {
+    const std::string mode = m.name;
     DistillConfig d;
-    d.logits = mode == "topk" ? "topk" : "full";
+    d.logits = m.logits;
     d.topk = k;
-    d.channel_dtype = mode == "bf16" ? FloatDtype::kBf16 : FloatDtype::kFp32;
+    d.channel_dtype = m.wire;
     const ChannelFormat format = channel_format(d);
     LogitChannelSender sender(teacher_side, format, /*first_student=*/0, /*max_in_flight=*/2);
     ChannelTeacherSource source(student_side, format, vocab, 0, 1, device);
     sender.send({BatchKind::kTrain, 7, 0, 0}, ids_checksum(ids), logits);
     const TeacherTargets got = source.targets(batch_of(ids, 7));
     sender.flush();
-    if (mode == "topk") {
+    if (m.logits == TeacherOutput::kTopk) {
       const TeacherTargets want = teacher_topk(logits, k, 1.0, 8192);
       ASSERT_TRUE(got.is_topk()) << mode;
       EXPECT_EQ(got.values.device(), device);
@@ -106,7 +114,7 @@ void channel_round_trip(at::Device device) {
     } else {
       ASSERT_TRUE(got.is_full()) << mode;
       EXPECT_EQ(got.logits.device(), device) << mode;
-      const at::Tensor want = mode == "bf16" ? logits.to(at::kBFloat16) : logits;
+      const at::Tensor want = m.wire == FloatDtype::kBf16 ? logits.to(at::kBFloat16) : logits;
       EXPECT_TRUE(at::equal(got.logits.cpu(), want.cpu())) << mode;
     }
   }
@@ -121,8 +129,8 @@ TEST(GpuLogitChannelStaging, CudaTargetsCrossAnMpiChannelThroughHostMemoryBitExa
 
 TEST(GpuNccl, OneRankWorldKeepsHeadersSumsAndBucketsOnItsGpu) {
   if (!nccl_available() || !have_cuda()) GTEST_SKIP() << "no NCCL build or no CUDA device";
-  auto comm = make_communicator("nccl", session(), 300);
-  ASSERT_EQ(comm->backend(), "nccl");
+  auto comm = make_communicator(Backend::kNccl, session(), 300);
+  ASSERT_EQ(comm->backend(), Backend::kNccl);
   const at::Device gpu = comm->device();
   ASSERT_TRUE(gpu.is_cuda());
 
@@ -176,8 +184,8 @@ TEST(GpuNccl, OneRankWorldKeepsHeadersSumsAndBucketsOnItsGpu) {
 TEST(GpuNccl, SetupPastItsDeadlineAbortsWithTheGroupAndKeyNamedThenANewOneWorks) {
   if (!nccl_available() || !have_cuda()) GTEST_SKIP() << "no NCCL build or no CUDA device";
   try {
-    auto rushed = make_communicator("nccl", session(), 1e-9);
-    EXPECT_EQ(rushed->backend(), "nccl");  // set-up beat the deadline: fine, it must work
+    auto rushed = make_communicator(Backend::kNccl, session(), 1e-9);
+    EXPECT_EQ(rushed->backend(), Backend::kNccl);  // set-up beat the deadline: fine, it must work
     at::Tensor one = at::ones({1}, at::TensorOptions().device(rushed->device()));
     rushed->all_reduce_sum(one);
     EXPECT_EQ(one.item<float>(), 1.0f);
@@ -186,7 +194,7 @@ TEST(GpuNccl, SetupPastItsDeadlineAbortsWithTheGroupAndKeyNamedThenANewOneWorks)
     EXPECT_NE(m.find("NCCL set-up of the group of world ranks 0 timed out on world rank 0"), std::string::npos) << m;
     EXPECT_NE(m.find("control.nccl_setup_timeout_s"), std::string::npos) << m;
   }
-  auto comm = make_communicator("nccl", session(), 300);
+  auto comm = make_communicator(Backend::kNccl, session(), 300);
   at::Tensor x = at::full({4}, 2.5, at::TensorOptions().device(comm->device()));
   comm->all_reduce_sum(x);
   EXPECT_TRUE(at::equal(x.cpu(), at::full({4}, 2.5)));

@@ -8,13 +8,14 @@
 #include "config/config.h"
 #include "config/input_error.h"
 #include "dist/rank_layout.h"
+#include "dist/run_device.h"
 #include "model/layer_split.h"
 #include "tests/test_support.h"
 
 namespace deepen {
 namespace {
 
-ParallelConfig parallel(int64_t T, int64_t P, int64_t S, const std::string& rank_order = "roles") {
+ParallelConfig parallel(int64_t T, int64_t P, int64_t S, RankOrder rank_order = RankOrder::kRoles) {
   ParallelConfig c;
   c.teacher_pipelines = T;
   c.teacher_stages = P;
@@ -78,7 +79,7 @@ TEST(RankLayout, OnePipelineOfThreeStagesAndTwoStudents) {
 
 // The header's pipelines-order example: each pipeline's stages, then the students it feeds.
 TEST(RankLayout, PipelinesOrderPutsEachPipelineBesideItsStudents) {
-  const RankLayout l = make_rank_layout(parallel(2, 2, 4, "pipelines"), 8, 36);
+  const RankLayout l = make_rank_layout(parallel(2, 2, 4, RankOrder::kPipelines), 8, 36);
   EXPECT_EQ(l.order, RankOrder::kPipelines);
   const int pipeline[] = {0, 0, 0, 0, 1, 1, 1, 1};
   const int stage[] = {0, 1, -1, -1, 0, 1, -1, -1};
@@ -103,14 +104,14 @@ TEST(RankLayout, PipelinesOrderPutsEachPipelineBesideItsStudents) {
 
 // The header's 2-node example: with 8 tasks per node, each node holds one logit channel whole.
 TEST(RankLayout, PipelinesOrderOnTwoNodesOfEightKeepsEachChannelOnItsNode) {
-  const RankLayout l = make_rank_layout(parallel(2, 4, 8, "pipelines"), 16, 36);
+  const RankLayout l = make_rank_layout(parallel(2, 4, 8, RankOrder::kPipelines), 16, 36);
   EXPECT_EQ(l.group_ranks(GroupKind::kLogitChannel, 0), (std::vector<int>{3, 4, 5, 6, 7}));
   EXPECT_EQ(l.group_ranks(GroupKind::kLogitChannel, 1), (std::vector<int>{11, 12, 13, 14, 15}));
   EXPECT_EQ(l.group_ranks(GroupKind::kStudents), (std::vector<int>{4, 5, 6, 7, 12, 13, 14, 15}));
   for (int t = 0; t < 2; ++t)
     for (int r : l.group_ranks(GroupKind::kLogitChannel, t)) EXPECT_EQ(r / 8, t) << "channel " << t << " rank " << r;
   // The paper config's T=8, P=1, S=8: teacher and student alternate.
-  const RankLayout paper = make_rank_layout(parallel(8, 1, 8, "pipelines"), 16, 36);
+  const RankLayout paper = make_rank_layout(parallel(8, 1, 8, RankOrder::kPipelines), 16, 36);
   for (int t = 0; t < 8; ++t) {
     EXPECT_EQ(paper.teacher_rank(t, 0), 2 * t);
     EXPECT_EQ(paper.student_rank(t), 2 * t + 1);
@@ -120,7 +121,7 @@ TEST(RankLayout, PipelinesOrderOnTwoNodesOfEightKeepsEachChannelOnItsNode) {
 // One pipeline: nothing to interleave, the two orders are the same layout.
 TEST(RankLayout, OnePipelineGivesTheSameRanksInBothOrders) {
   const RankLayout roles = make_rank_layout(parallel(1, 3, 4), 7, 12);
-  const RankLayout pipes = make_rank_layout(parallel(1, 3, 4, "pipelines"), 7, 12);
+  const RankLayout pipes = make_rank_layout(parallel(1, 3, 4, RankOrder::kPipelines), 7, 12);
   for (int r = 0; r < 7; ++r) {
     EXPECT_EQ(roles.ranks[r].stage, pipes.ranks[r].stage) << r;
     EXPECT_EQ(roles.ranks[r].student, pipes.ranks[r].student) << r;
@@ -128,14 +129,14 @@ TEST(RankLayout, OnePipelineGivesTheSameRanksInBothOrders) {
 }
 
 TEST(RankLayout, AnUnknownRankOrderNamesTheKey) {
-  const std::string e = error_of([] { make_rank_layout(parallel(1, 1, 1, "mixed"), 2, 4); });
+  const std::string e = error_of([] { parse_config("[parallel]\nrank_order = \"mixed\"\n", "x.toml"); });
   EXPECT_NE(e.find("parallel.rank_order"), std::string::npos) << e;
   EXPECT_NE(e.find("\"mixed\""), std::string::npos) << e;
 }
 
 // Every world rank has exactly one role, and teacher_rank/student_rank are that map's inverse.
 TEST(RankLayout, TeacherAndStudentRanksCoverTheWorldOnceInBothOrders) {
-  for (const char* order : {"roles", "pipelines"}) {
+  for (const RankOrder order : {RankOrder::kRoles, RankOrder::kPipelines}) {
     for (auto [T, P, S] : {std::tuple{1, 1, 1}, {2, 1, 4}, {2, 3, 2}, {3, 2, 6}, {4, 1, 8}}) {
       const RankLayout l = make_rank_layout(parallel(T, P, S, order), T * P + S, 12);
       std::vector<int> seen(l.world_size, 0);
@@ -161,7 +162,7 @@ TEST(RankLayout, TeacherAndStudentRanksCoverTheWorldOnceInBothOrders) {
 // every rank, membership, color = group index and key = position in the group, in both orders.
 TEST(RankLayout, SplitSlotsReproduceTheGroups) {
   for (auto [T, P, S] : {std::tuple{1, 1, 1}, {2, 1, 2}, {1, 2, 2}, {2, 2, 4}, {3, 2, 6}, {2, 3, 2}})
-  for (const char* order : {"roles", "pipelines"}) {
+  for (const RankOrder order : {RankOrder::kRoles, RankOrder::kPipelines}) {
     const RankLayout l = make_rank_layout(parallel(T, P, S, order), T * P + S, 12);
     for (GroupKind kind : {GroupKind::kTeacherPipeline, GroupKind::kLogitChannel, GroupKind::kStudents}) {
       std::vector<std::vector<int>> from_slots(l.group_count(kind));
@@ -254,20 +255,20 @@ TEST(Placement, TheRolesErrorPointsToThePipelinesOrder) {
 // The intended pipelines layout: each node holds whole pipelines with their students (here the
 // same 3 tasks per node that the roles order rejects above).
 TEST(Placement, PipelinesOrderWithEachChannelOnOneNodePasses) {
-  const RankLayout l = make_rank_layout(parallel(2, 2, 2, "pipelines"), 6, 8);
+  const RankLayout l = make_rank_layout(parallel(2, 2, 2, RankOrder::kPipelines), 6, 8);
   EXPECT_TRUE(check_placement(l, {"a", "a", "a", "b", "b", "b"}).empty());
-  const RankLayout two = make_rank_layout(parallel(2, 4, 8, "pipelines"), 16, 36);
+  const RankLayout two = make_rank_layout(parallel(2, 4, 8, RankOrder::kPipelines), 16, 36);
   std::vector<std::string> hosts(16, "n0");
   for (int r = 8; r < 16; ++r) hosts[r] = "n1";
   EXPECT_TRUE(check_placement(two, hosts).empty());
   // Two pipelines per node is as good: 1 stage + 2 students each, 6 tasks per node.
-  const RankLayout pairs = make_rank_layout(parallel(4, 1, 8, "pipelines"), 12, 8);
+  const RankLayout pairs = make_rank_layout(parallel(4, 1, 8, RankOrder::kPipelines), 12, 8);
   EXPECT_TRUE(check_placement(pairs, {"a", "a", "a", "a", "a", "a", "b", "b", "b", "b", "b", "b"}).empty());
 }
 
 // The header's example: students away from their last stage are named, per channel.
 TEST(Placement, PipelinesOrderWarnsAboutStudentsAwayFromTheirLastStage) {
-  const RankLayout l = make_rank_layout(parallel(2, 1, 4, "pipelines"), 6, 8);
+  const RankLayout l = make_rank_layout(parallel(2, 1, 4, RankOrder::kPipelines), 6, 8);
   const auto w = check_placement(l, {"a", "a", "b", "b", "c", "c"});
   ASSERT_EQ(w.size(), 2u);
   EXPECT_NE(w[0].find("logit channel 0: student ranks {2} are on b, not on a with pipeline 0's last stage (rank 0)"),
@@ -282,7 +283,7 @@ TEST(Placement, PipelinesOrderWarnsAboutStudentsAwayFromTheirLastStage) {
 // A pipeline spanning nodes still warns in the pipelines order; its channel, on the last stage's
 // node with the students, does not.
 TEST(Placement, PipelinesOrderStillWarnsAboutAPipelineSpanningNodes) {
-  const RankLayout l = make_rank_layout(parallel(1, 4, 2, "pipelines"), 6, 8);
+  const RankLayout l = make_rank_layout(parallel(1, 4, 2, RankOrder::kPipelines), 6, 8);
   const auto w = check_placement(l, {"a", "a", "b", "b", "b", "b"});
   ASSERT_EQ(w.size(), 1u);
   EXPECT_NE(w[0].find("teacher pipeline 0 spans nodes a, b"), std::string::npos) << w[0];
@@ -324,15 +325,20 @@ TEST(Placement, TwoRanksOnOneGpuAreNamed) {
   EXPECT_NE(e.find("ranks 0 and 2"), std::string::npos) << e;
 }
 
+// parallel.backend as a job resolves it (launch/job_plan.cpp): the device first, then the backend.
 TEST(Placement, AutoBackendPicksNcclOnlyWithDevicesAndNccl) {
-  EXPECT_EQ(resolve_backend("auto", true, 8), "nccl");
-  EXPECT_EQ(resolve_backend("auto", true, 0), "mpi");
-  EXPECT_EQ(resolve_backend("auto", false, 8), "mpi");
-  EXPECT_EQ(resolve_backend("mpi", true, 8), "mpi");
-  EXPECT_EQ(resolve_backend("nccl", true, 1), "nccl");
-  EXPECT_NE(error_of([] { resolve_backend("nccl", false, 8); }).find("parallel.backend"), std::string::npos);
-  EXPECT_NE(error_of([] { resolve_backend("nccl", true, 0); }).find("no CUDA device"), std::string::npos);
-  EXPECT_THROW(resolve_backend("gloo", true, 0), InputError);
+  auto backend = [](Backend b, bool nccl_built, int devices) {
+    return world_backend(b, resolve_run_device(RunDevice::kAuto, devices, "x.toml"), nccl_built, "x.toml");
+  };
+  EXPECT_EQ(backend(Backend::kAuto, true, 8), Backend::kNccl);
+  EXPECT_EQ(backend(Backend::kAuto, true, 0), Backend::kMpi);
+  EXPECT_EQ(backend(Backend::kAuto, false, 8), Backend::kMpi);
+  EXPECT_EQ(backend(Backend::kMpi, true, 8), Backend::kMpi);
+  EXPECT_EQ(backend(Backend::kNccl, true, 1), Backend::kNccl);
+  EXPECT_NE(error_of([&] { backend(Backend::kNccl, false, 8); }).find("parallel.backend"), std::string::npos);
+  EXPECT_NE(error_of([&] { backend(Backend::kNccl, true, 0); }).find("run.device"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_config("[parallel]\nbackend = \"gloo\"\n", "x.toml"); }).find("parallel.backend"),
+            std::string::npos);
 }
 
 }  // namespace

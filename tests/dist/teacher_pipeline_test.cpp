@@ -13,11 +13,12 @@ TEST(TeacherPipeline, ProducesEachStudentsBatchesInTheTrainersOrder) {
                             {"parallel.teacher_pipelines=2", "parallel.students=4", "parallel.grad_accum=2",
                              "eval.every=4", "eval.batches=5"});
   const GrowthSchedule schedule = make_growth_schedule(cfg);
+  const RunPlan plan = make_run_plan(cfg, schedule, 256);
   const RankLayout layout = make_rank_layout(cfg.parallel, 6, 4);
   const BatchCounts counts{4, 2, 5};
   for (int64_t step = 0; step < schedule.total_steps(); ++step) {
     for (int p = 0; p < 2; ++p) {
-      const auto items = pipeline_items(cfg, schedule, layout, p, step);
+      const auto items = pipeline_items(plan, layout, p, step);
       EXPECT_EQ(items, step_batches(counts, step, is_eval_step(cfg, schedule, step), 2 * p, 2)) << "step " << step;
       for (int64_t s = 2 * p; s < 2 * p + 2; ++s) {
         std::vector<BatchKey> mine;

@@ -334,10 +334,10 @@ class Cases:
 
     def paper(self):
         # The teacher is 48 wide: init = "teacher" needs the student at the teacher's width.
-        # The rest of PAPER.md at this scale: unpacked documents, a fixed shard the grow phases replay,
-        # a fixed validation set, 0.7 KL + 0.3 CE, wd 0, clip 0.5. This corpus's documents are all
-        # longer than max_len, so no row is padded here; padding is tested in one process
-        # (tests/train/document_batch_test.cpp, tests/launch/documents_train_test.cpp).
+        # The rest of the protocol (docs/protocol.md) at this scale: unpacked documents, a fixed shard
+        # the grow phases replay, a fixed validation set, 0.7 KL + 0.3 CE, wd 0, clip 0.5. This
+        # corpus's documents are all longer than max_len, so no row is padded here; padding is tested
+        # in one process (tests/train/document_batch_test.cpp, tests/launch/documents_train_test.cpp).
         sets = ["student.init=teacher", "student.tie_embeddings=false", "student.hidden=48", "student.head_dim=12",
                 "student.norm=post", "curriculum.phase_policy=reset",
                 "data.packing=documents", "data.max_len=40", "data.replay_shard_tokens=200", "data.valid_documents=4",

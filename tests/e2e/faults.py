@@ -12,7 +12,8 @@ Uses the fixture of distributed_train.py (`setup`). Cases:
   sigusr1        SIGUSR1 to one rank: coordinated stop, checkpoint, exit 3; resume == uninterrupted
   corrupt        newest checkpoint truncated: the rerun says so, falls back to the previous one,
                  and still ends on the uninterrupted curve
-  metrics        /metrics scraped during a run is valid Prometheus text whose step increases
+  metrics        /metrics scraped during a run is Prometheus text (read by prometheus_client's parser)
+                 whose step increases, with step time by part from every role
 """
 import argparse
 import os
@@ -126,6 +127,8 @@ class Faults(Cases):
         self.resume_and_compare(out, expect_in_stderr=("step_00000059 is corrupt", "falling back"))
 
     def metrics(self):
+        # The Prometheus project's own parser (requirements.txt): it raises on text Prometheus cannot read.
+        from prometheus_client.parser import text_string_to_metric_families
         out = os.path.join(self.work, "faults-metrics")
         port = 20000 + os.getpid() % 20000
         proc = self.start(out, sets=[f"control.metrics_port={port}", "curriculum.stage_steps=[1000, 1000, 1000]"])
@@ -136,19 +139,22 @@ class Faults(Cases):
                 deadline = time.time() + 60
                 while True:  # until student 0's heartbeat carries a step past the previous scrape
                     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-                    for line in text.splitlines():
-                        assert line.startswith("#") or re.match(
-                            r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[^}]*\})? [-+0-9.eEinfNa]+$', line), f"not Prometheus: {line!r}"
-                    step = [float(l.split()[-1]) for l in text.splitlines()
-                            if l.startswith("deepen_step{") and 'role="student 0"' in l]
-                    loss = [l for l in text.splitlines() if l.startswith("deepen_train_loss{")]
+                    try:
+                        families = {f.name: f for f in text_string_to_metric_families(text)}
+                    except ValueError as e:
+                        raise AssertionError(f"not Prometheus text ({e}):\n{text[:3000]}")
+
+                    def values(family, role):
+                        return [s.value for s in (families[family].samples if family in families else [])
+                                if s.labels.get("role") == role]
+                    step = values("deepen_step", "student 0")
+                    loss = families["deepen_train_loss"].samples if "deepen_train_loss" in families else []
                     # Where the step time went, from every role (run_folder/step_time.h). Each rank's
                     # parts arrive with its next heartbeat after a step, so a rank whose first
                     # heartbeat with a step is still on its way (a loaded machine) is waited for.
                     missing = [(role, part) for role, part in (("student 0", "compute"), ("student 0", "teacher_wait"),
                                                                ("teacher p0 s0", "compute"), ("teacher p0 s1", "send_wait"))
-                               if not any(l.startswith(f"deepen_step_{part}_seconds{{") and f'role="{role}"' in l
-                                          for l in text.splitlines())]
+                               if not values(f"deepen_step_{part}_seconds", role)]
                     if step and loss and step[0] > (steps[-1] if steps else 0) and not missing:
                         steps.append(step[0])
                         break

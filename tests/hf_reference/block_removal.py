@@ -11,7 +11,7 @@ logits (its final norm and head). Bypassing block b runs the model with layers [
 out of model.model.layers. Angle: mean over the same positions of arccos(cos(h_in, h_out))/pi with
 h_in the hidden state entering layer b*L and h_out the one leaving layer (b+1)*L-1, read with
 forward hooks (transformers' hidden_states output applies the final norm to the last entry).
-Used by tests/curriculum/block_removal_test.cpp against deepen's curriculum/block_removal.
+Used by tests/diagnostics/block_removal_test.cpp against deepen's diagnostics/block_removal.
 """
 import argparse
 import json

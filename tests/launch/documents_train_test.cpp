@@ -15,7 +15,7 @@
 #include "data/documents.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
-#include "launch/student_job.h"
+#include "launch/local_job.h"
 #include "run_folder/active_layer_tokens.h"
 #include "run_folder/run_records.h"
 #include "tests/launch/tiny_world.h"
@@ -29,6 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using test::TinyWorld;
+using test::local_plan;
 using test::quiet;
 
 const std::vector<std::string> kDocuments = {"data.packing=\"documents\"", "data.max_len=48"};
@@ -71,7 +72,7 @@ TEST(DocumentsTrain, EveryTokenCountIsTheRealTargetsOfTheStepsDocuments) {
   ASSERT_EQ(run_train_job(cfg, quiet()), kExitOk);
   const fs::path run = world.dir("docs");
   const auto tok = make_tokenizer("bytes");
-  const auto batches = make_shard_batch_source(cfg, *tok);
+  const auto batches = make_shard_batch_source(local_plan(cfg, *tok), *tok);
 
   const auto metrics = read_jsonl((run / "metrics.jsonl").string());
   ASSERT_EQ(metrics.size(), 9u);
@@ -122,7 +123,7 @@ TEST(DocumentsTrain, ReplayShardGivesEveryGrowPhaseTheSameDocumentsAndJointRunsF
   const auto tok = make_tokenizer("bytes");
   const std::vector<std::string> replay = with(kDocuments, {"data.replay_shard_tokens=" + std::to_string(shard_tokens)});
 
-  const auto grow = make_shard_batch_source(world.config("grow", replay), *tok);
+  const auto grow = make_shard_batch_source(local_plan(world.config("grow", replay), *tok), *tok);
   const auto phase0 = documents_of_steps(*grow, 0, 2, 2), phase1 = documents_of_steps(*grow, 3, 5, 2),
              phase2 = documents_of_steps(*grow, 6, 8, 2);
   EXPECT_EQ(phase0.size(), 12u);
@@ -132,7 +133,9 @@ TEST(DocumentsTrain, ReplayShardGivesEveryGrowPhaseTheSameDocumentsAndJointRunsF
 
   // A joint control over the same steps reads the shard once, then documents after it.
   const auto joint = make_shard_batch_source(
-      world.config("joint", with(replay, {"curriculum.mode=\"joint\"", "curriculum.stages=[3]", "curriculum.stage_steps=[9]"})),
+      local_plan(world.config("joint", with(replay, {"curriculum.mode=\"joint\"", "curriculum.stages=[3]",
+                                                     "curriculum.stage_steps=[9]"})),
+                 *tok),
       *tok);
   // (Which documents exactly is the sampler's test, by index; short lines repeat in this corpus,
   // so contents can only show that the second phase is not the shard again.)

@@ -16,7 +16,7 @@
 #include "config/input_error.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
-#include "launch/student_job.h"
+#include "launch/local_job.h"
 #include "model/student.h"
 #include "model/student_io.h"
 #include "model/teacher_stage.h"
@@ -191,9 +191,9 @@ TEST(GpuStudent, Bf16MixedMastersKeepSmallUpdatesAndTrainTracksTheCpu) {
   const Config cfg = parse_config(std::string(kTinyStudentShape) + "[curriculum]\nmode = \"joint\"\nstages = [3]\n", "s",
                                   {"student.tie_embeddings=false"});
   StudentConfig mixed_cfg = cfg.student, pure_cfg = cfg.student;
-  mixed_cfg.precision = "bf16-mixed";
-  pure_cfg.precision = "bf16-pure";
-  std::map<std::string, at::Tensor> gains;
+  mixed_cfg.precision = StudentPrecision::kBf16Mixed;
+  pure_cfg.precision = StudentPrecision::kBf16Pure;
+  std::map<StudentPrecision, at::Tensor> gains;
   for (const StudentConfig* sc : {&mixed_cfg, &pure_cfg}) {
     GrowableStudent s(student_spec_from_config(*sc, 256), 1, 5, kGpu);
     AdamW opt(AdamWOptions{.weight_decay = 0.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8});
@@ -210,8 +210,8 @@ TEST(GpuStudent, Bf16MixedMastersKeepSmallUpdatesAndTrainTracksTheCpu) {
     }
     gains[sc->precision] = gain.detach().cpu();
   }
-  EXPECT_TRUE(at::equal(gains["bf16-pure"], at::ones_like(gains["bf16-pure"])));
-  EXPECT_LT((gains["bf16-mixed"] - 1.01).abs().max().item<double>(), 1e-5);
+  EXPECT_TRUE(at::equal(gains[StudentPrecision::kBf16Pure], at::ones_like(gains[StudentPrecision::kBf16Pure])));
+  EXPECT_LT((gains[StudentPrecision::kBf16Mixed] - 1.01).abs().max().item<double>(), 1e-5);
 
   GpuWorld world;
   std::map<std::string, std::vector<double>> curves;

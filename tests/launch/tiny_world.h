@@ -13,7 +13,8 @@
 #include "config/config.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
-#include "launch/student_job.h"
+#include "launch/job_plan.h"
+#include "launch/local_job.h"
 #include "model/student.h"
 #include "model/student_io.h"
 
@@ -24,6 +25,11 @@ inline JobOptions quiet() {
   JobOptions o;
   o.print_progress = false;
   return o;
+}
+
+// The run plan a single-process `deepen train` of `cfg` makes (students folded into grad_accum).
+inline RunPlan local_plan(const Config& cfg, const Tokenizer& tokenizer) {
+  return plan_single_process_job(cfg, true, tokenizer, 0).run;
 }
 
 inline constexpr const char* kTinyStudentShape = R"(

@@ -14,7 +14,7 @@
 #include "curriculum/growth_schedule.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
-#include "launch/student_job.h"
+#include "launch/local_job.h"
 #include "model/student.h"
 #include "model/safetensors.h"
 #include "model/tensor_bridge.h"
@@ -180,7 +180,7 @@ TEST(Trainer, GrowRunRecordsGrowthEventsEvalAndDiagnostics) {
     // Post-norm blocks end in RMSNorm: the boundary representation has RMS ~1 (unit gains at init
     // and after a few steps), while pre-norm's residual stream is not normalized.
     const double boundary_rms = diags.back()["residual"]["boundary"]["mean"]["content"].get<double>();
-    if (norm == "post") EXPECT_NEAR(boundary_rms, 1.0, 0.1);
+    if (norm == option_name(NormPlacement::kPost)) EXPECT_NEAR(boundary_rms, 1.0, 0.1);
     EXPECT_TRUE(fs::exists(run / "final" / "hf" / "config.json"));
     EXPECT_TRUE(fs::exists(run / "config.toml"));
   }
@@ -441,7 +441,7 @@ TEST(Trainer, TeacherInitKeepsTheTeachersEmbeddingAndTrainsHeadAndBoundaryNorm) 
     ASSERT_EQ(run_train_job(world.config(name, paper_student_sets(teacher_dir, norm)), quiet()), kExitOk);
     auto last = load_student((world.dir(name) / "final" / "student.safetensors").string());
     auto lp = last->named_parameters();
-    const std::string boundary = norm == "pre" ? "norm.weight" : "entry_norm.weight";
+    const std::string boundary = norm == option_name(NormPlacement::kPre) ? "norm.weight" : "entry_norm.weight";
     // Frozen: the embedding is the teacher's bit for bit after 9 steps of training.
     EXPECT_TRUE(torch::equal(lp["embed_tokens.weight"], tp["embed_tokens.weight"])) << norm;
     // Trained: the head (copied from the tied teacher's embedding) and the boundary norm moved.

@@ -18,9 +18,9 @@ namespace {
 
 TEST(CpuKernelChoice, ParsesTheThreeModesAndNamesTheKeyOnAnythingElse) {
   for (CpuKernels m : {CpuKernels::kAuto, CpuKernels::kFused, CpuKernels::kAten})
-    EXPECT_EQ(parse_cpu_kernels(cpu_kernels_name(m), "student.cpu_kernels"), m);
+    EXPECT_EQ(parse_option<CpuKernels>(option_name(m), "student.cpu_kernels"), m);
   try {
-    parse_cpu_kernels("avx2", "student.cpu_kernels");
+    parse_option<CpuKernels>("avx2", "student.cpu_kernels");
     FAIL() << "accepted avx2";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("student.cpu_kernels"), std::string::npos) << e.what();

@@ -107,7 +107,7 @@ TEST(StudentFile, LoadTakesTheCallersCpuKernelsNotTheDefault) {
   const std::string tmp = test::temp_dir("student_file_kernels");
   save_student(s, tmp + "/student.safetensors");
   for (CpuKernels k : {CpuKernels::kFused, CpuKernels::kAten, CpuKernels::kAuto})
-    EXPECT_EQ(load_student(tmp + "/student.safetensors", at::kCPU, k)->spec().decoder.cpu_kernels, k) << cpu_kernels_name(k);
+    EXPECT_EQ(load_student(tmp + "/student.safetensors", at::kCPU, k)->spec().decoder.cpu_kernels, k) << option_name(k);
 }
 
 TEST(StudentFile, ATeacherCheckpointIsNotAStudentFile) {

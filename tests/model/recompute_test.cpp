@@ -54,9 +54,9 @@ Step one_step(const StudentSpec& spec, int64_t depth) {
 
 TEST(Recompute, ParsesTheThreeModesAndNamesTheKey) {
   for (Recompute r : {Recompute::kNone, Recompute::kLayer, Recompute::kMlp})
-    EXPECT_EQ(parse_recompute(recompute_name(r), "student.recompute"), r);
+    EXPECT_EQ(parse_option<Recompute>(option_name(r), "student.recompute"), r);
   try {
-    parse_recompute("attention", "student.recompute");
+    parse_option<Recompute>("attention", "student.recompute");
     FAIL() << "accepted attention";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("student.recompute"), std::string::npos) << e.what();
@@ -68,8 +68,8 @@ TEST(Recompute, LossAndEveryGradientEqualThoseWithoutIt) {
     for (bool frozen : {false, true}) {
       const Step plain = one_step(spec_with(norm, Recompute::kNone, frozen), 3);
       for (Recompute r : {Recompute::kLayer, Recompute::kMlp}) {
-        const std::string what = std::string(norm_placement_name(norm)) + (frozen ? " frozen embedding " : " ") +
-                                 recompute_name(r);
+        const std::string what = std::string(option_name(norm)) + (frozen ? " frozen embedding " : " ") +
+                                 option_name(r);
         const Step again = one_step(spec_with(norm, r, frozen), 3);
         EXPECT_EQ(again.loss, plain.loss) << what;
         ASSERT_EQ(again.grads.size(), plain.grads.size()) << what;

@@ -23,7 +23,7 @@ namespace {
 StudentConfig paper_student(const std::string& norm, int64_t hidden = 32) {
   StudentConfig cfg;
   cfg.layers = 3; cfg.hidden = hidden; cfg.heads = 4; cfg.kv_heads = 2; cfg.head_dim = 8;
-  cfg.intermediate = 64; cfg.norm = norm; cfg.tie_embeddings = false; cfg.init = "teacher";
+  cfg.intermediate = 64; cfg.norm = parse_option<NormPlacement>(norm, "paper_student"); cfg.tie_embeddings = false; cfg.init = StudentInit::kTeacher;
   return cfg;
 }
 
@@ -48,7 +48,7 @@ TEST(StudentFromTeacher, EmbeddingHeadAndBoundaryNormStartAsTheTeachers) {
       GrowableStudent s(student_spec_from_config(paper_student(norm), 97), 3, 42);
       copy_teacher_ends(s, dir);
       auto params = s.named_parameters();
-      const std::string boundary = norm == "pre" ? "norm.weight" : "entry_norm.weight";
+      const std::string boundary = norm == option_name(NormPlacement::kPre) ? "norm.weight" : "entry_norm.weight";
       EXPECT_EQ(s.boundary_norm_name(), boundary);
       EXPECT_TRUE(at::equal(params["embed_tokens.weight"], embed)) << fixture << " " << norm;
       EXPECT_TRUE(at::equal(params["lm_head.weight"], head)) << fixture << " " << norm;
@@ -128,7 +128,7 @@ TEST(StudentFromTeacher, ExportOfEitherPlacementReadsBackWithEqualLogits) {
     EXPECT_GT(mine.abs().max().item<double>(), 0.5);
     // Same weights, same operations in the same order: equal bit for bit.
     EXPECT_TRUE(at::equal(back->forward(ids), mine)) << norm;
-    if (norm == "post") {
+    if (norm == option_name(NormPlacement::kPost)) {
       const auto file = SafetensorsFile::open(tmp + "/hf/model.safetensors");
       EXPECT_NE(file.find("model.entry_norm.weight"), nullptr);
       EXPECT_EQ(file.find("model.norm.weight"), nullptr);

@@ -43,21 +43,20 @@ TEST(Student, PreNormWithAllBlocksEqualsTransformersQwen3WithTheSameWeights) {
 TEST(Student, SpecFromConfigTakesTheStudentSection) {
   StudentConfig cfg;
   cfg.layers = 9; cfg.hidden = 64; cfg.heads = 4; cfg.kv_heads = 2; cfg.head_dim = 32;
-  cfg.intermediate = 128; cfg.norm = "post"; cfg.tie_embeddings = false; cfg.precision = "bf16-pure";
+  cfg.intermediate = 128; cfg.norm = NormPlacement::kPost; cfg.tie_embeddings = false; cfg.precision = StudentPrecision::kBf16Pure;
   const StudentSpec spec = student_spec_from_config(cfg, 256);
   EXPECT_EQ(spec.max_depth, 9);
   EXPECT_EQ(spec.decoder.head_dim, 32);
   EXPECT_EQ(spec.norm, NormPlacement::kPost);
   EXPECT_EQ(spec.dtype, at::kBFloat16);
   EXPECT_EQ(spec.compute(), at::kBFloat16);
-  cfg.precision = "bf16-mixed";  // fp32 parameters (the optimizer's masters), bf16 compute
+  cfg.precision = StudentPrecision::kBf16Mixed;  // fp32 parameters (the optimizer's masters), bf16 compute
   EXPECT_EQ(student_spec_from_config(cfg, 256).dtype, at::kFloat);
   EXPECT_EQ(student_spec_from_config(cfg, 256).compute(), at::kBFloat16);
-  cfg.precision = "fp32";
+  cfg.precision = StudentPrecision::kFp32;
   EXPECT_EQ(student_spec_from_config(cfg, 256).compute(), at::kFloat);
-  cfg.norm = "middle";
-  EXPECT_THROW(student_spec_from_config(cfg, 256), InputError);
-  cfg.norm = "pre"; cfg.kv_heads = 3;
+  EXPECT_THROW(parse_config("[student]\nnorm = \"middle\"\n", "x.toml"), InputError);
+  cfg.norm = NormPlacement::kPre; cfg.kv_heads = 3;
   EXPECT_THROW(student_spec_from_config(cfg, 256), InputError);
 }
 
@@ -216,8 +215,8 @@ TEST(Student, FusedCpuKernelsMatchTheOpSequenceInValuesAndGradients) {
         }
         const at::Tensor ids = some_ids();
         const at::Tensor a = fused.forward(ids), b = plain.forward(ids);
-        EXPECT_LT(test::max_abs_diff(a, b), 2e-5) << norm_placement_name(norm) << " bias " << bias
-                                               << " " << cpu_kernels_name(mode);
+        EXPECT_LT(test::max_abs_diff(a, b), 2e-5) << option_name(norm) << " bias " << bias
+                                               << " " << option_name(mode);
         EXPECT_GT(b.abs().max().item<double>(), 1.0);
         const at::Tensor weights = at::randn_like(a);
         (a * weights).sum().backward();
@@ -227,7 +226,7 @@ TEST(Student, FusedCpuKernelsMatchTheOpSequenceInValuesAndGradients) {
           const at::Tensor gf = item.value().grad(), gp = pp[item.key()].grad();
           ASSERT_TRUE(gf.defined() && gp.defined()) << item.key();
           const double scale = std::max(1.0, gp.abs().max().item<double>());
-          EXPECT_LT(test::max_abs_diff(gf, gp) / scale, 1e-4) << item.key() << " " << cpu_kernels_name(mode);
+          EXPECT_LT(test::max_abs_diff(gf, gp) / scale, 1e-4) << item.key() << " " << option_name(mode);
         }
       }
     }

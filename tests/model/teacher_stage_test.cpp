@@ -57,9 +57,9 @@ TEST(SplitLayers, CountingTheHeadMovesLayersOffTheLastStage) {
 // not for the hidden-state channel.
 TEST(SplitLayers, TheLastStageCountsTheHeadUnlessTheStudentsRunIt) {
   const double head_8b = lm_head_layer_equivalents(151936, 4096, 32, 8, 128, 12288);
-  EXPECT_EQ(last_stage_head_layers("full", 151936, 4096, 32, 8, 128, 12288), head_8b);
-  EXPECT_EQ(last_stage_head_layers("topk", 151936, 4096, 32, 8, 128, 12288), head_8b);
-  EXPECT_EQ(last_stage_head_layers("hidden", 151936, 4096, 32, 8, 128, 12288), 0.0);
+  EXPECT_EQ(last_stage_head_layers(TeacherOutput::kFull, 151936, 4096, 32, 8, 128, 12288), head_8b);
+  EXPECT_EQ(last_stage_head_layers(TeacherOutput::kTopk, 151936, 4096, 32, 8, 128, 12288), head_8b);
+  EXPECT_EQ(last_stage_head_layers(TeacherOutput::kHidden, 151936, 4096, 32, 8, 128, 12288), 0.0);
 }
 
 TEST(SplitLayers, WithoutAHeadTheSplitIsThePlainOne) {

@@ -241,7 +241,7 @@ TEST(CommCollectives, IntegerSumsAndScalarGathersAreExact) {
   }
 }
 
-ParallelConfig parallel(int T, int P, int S, const char* rank_order = "roles") {
+ParallelConfig parallel(int T, int P, int S, RankOrder rank_order = RankOrder::kRoles) {
   ParallelConfig c;
   c.teacher_pipelines = T;
   c.teacher_stages = P;
@@ -259,11 +259,11 @@ TEST(RankGroups, GroupCommunicatorsHoldTheLayoutsMembers) {
       {2, 2, 4}, {1, 4, 4}, {2, 1, 6}, {1, 3, 5}};
   auto world = make_mpi_communicator(mpi());
   int tried = 0;
-  for (const char* order : {"roles", "pipelines"})
+  for (const RankOrder order : {RankOrder::kRoles, RankOrder::kPipelines})
   for (auto [T, P, S] : layouts) {
     if (T * P + S != world->size()) continue;
     ++tried;
-    SCOPED_TRACE(std::string(order) + " T=" + std::to_string(T) + " P=" + std::to_string(P) + " S=" + std::to_string(S));
+    SCOPED_TRACE(std::string(option_name(order)) + " T=" + std::to_string(T) + " P=" + std::to_string(P) + " S=" + std::to_string(S));
     const RankLayout layout = make_rank_layout(parallel(T, P, S, order), world->size(), 8);
     RankGroups groups = make_rank_groups(*world, layout);
     const std::pair<GroupKind, Communicator*> kinds[] = {

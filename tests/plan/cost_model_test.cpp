@@ -32,7 +32,7 @@ PlanInput tiny_input() {
   in.seq_len = 8;
   in.micro_batch = 2;
   in.grad_accum = 1;
-  in.distill.logits = "full";
+  in.distill.logits = TeacherOutput::kFull;
   in.distill.channel_dtype = FloatDtype::kFp32;
   in.stage_depths = {2};
   in.stage_tokens = {1};
@@ -75,19 +75,19 @@ TEST(CostModel, Qwen3_8BParametersAndFlops) {
 
 TEST(CostModel, LogitBytesFullAndTopK) {
   DistillConfig d;
-  d.logits = "full";
+  d.logits = TeacherOutput::kFull;
   d.channel_dtype = FloatDtype::kFp32;
   EXPECT_DOUBLE_EQ(logit_bytes_per_token(d, 151936, 16384, 0), 607'744);
   d.channel_dtype = FloatDtype::kBf16;
   EXPECT_DOUBLE_EQ(logit_bytes_per_token(d, 151936, 16384, 0), 303'872);
-  d.logits = "topk";
+  d.logits = TeacherOutput::kTopk;
   d.topk = 64;
-  d.tail = "renormalize";
+  d.tail = TopkTail::kRenormalize;
   EXPECT_DOUBLE_EQ(logit_bytes_per_token(d, 151936, 16384, 0), 384);
-  d.tail = "bucket";
+  d.tail = TopkTail::kBucket;
   EXPECT_DOUBLE_EQ(logit_bytes_per_token(d, 151936, 16384, 0), 386);
   EXPECT_DOUBLE_EQ(logit_bytes_per_token(d, 151936, 64, 64), 387);  // a 64-byte header over 64 tokens
-  d.logits = "hidden";  // the teacher's final hidden states: 4096 bf16 values, 37x fewer than full bf16
+  d.logits = TeacherOutput::kHidden;  // the teacher's final hidden states: 4096 bf16 values, 37x fewer than full bf16
   EXPECT_DOUBLE_EQ(logit_bytes_per_token(d, 151936, 16384, 0, 4096), 8'192);
 }
 
@@ -96,7 +96,7 @@ TEST(CostModel, LogitBytesFullAndTopK) {
 // FLOP per token (the head, once, in the loss's forward): 16 × (9312 + 512).
 TEST(CostModel, HiddenChannelMovesTheTeachersHeadToTheStudents) {
   PlanInput in = tiny_input();
-  in.distill.logits = "hidden";
+  in.distill.logits = TeacherOutput::kHidden;
   const LayoutEstimate e = estimate_layout(in, tiny_cluster(), 1, 2, 1);
   EXPECT_NEAR(e.teacher_stage_s_per_token, 2.592e-3, 1e-9);
   EXPECT_DOUBLE_EQ(e.channel_bytes_per_token, 8 * 4 + 64.0 / 16);
@@ -149,11 +149,11 @@ TEST(CostModel, FixedGlobalBatchSplitsTheStepAmongStudents) {
 TEST(CostModel, FullShardingPaysTheBlockGathersOfEveryMicroBatch) {
   PlanInput in = tiny_input();
   in.global_batch = 48;
-  in.recompute = "layer";
-  in.sharding = "grad_op";
+  in.recompute = Recompute::kLayer;
+  in.sharding = Sharding::kGradOp;
   const double compute = 128 * 9312 / 1e6;
   EXPECT_NEAR(estimate_layout(in, tiny_cluster(), 1, 2, 3).student_tokens_per_s[0], 3 * 128 / (compute + 7.808e-6), 1e-6);
-  in.sharding = "full";
+  in.sharding = Sharding::kFull;
   EXPECT_NEAR(estimate_layout(in, tiny_cluster(), 1, 2, 3).student_tokens_per_s[0], 3 * 128 / (compute + 83.136e-6), 1e-6);
   // One student: nothing to send.
   in.global_batch = 2;
@@ -164,7 +164,7 @@ TEST(CostModel, FullShardingPaysTheBlockGathersOfEveryMicroBatch) {
 // + the header share per token (8·4 + 64/16 = 36 B), and the last stage keeps no head.
 TEST(CostModel, HiddenChannelTeacherMemoryHoldsHiddenStatesInFlight) {
   PlanInput in = tiny_input();
-  in.distill.logits = "hidden";
+  in.distill.logits = TeacherOutput::kHidden;
   const LayoutEstimate e = estimate_layout(in, tiny_cluster(), 1, 1, 1);
   const TeacherStageMemory want = teacher_stage_memory(in.teacher, 4, true, false, float_dtype_bytes(in.teacher_dtype),
                                                        16, 8 * 4 + 64.0 / 16, in.max_in_flight);
@@ -182,7 +182,7 @@ TEST(CostModel, TeacherStagesAreSplitAsTheRunSplitsThem) {
   const double rate = c.flops * c.teacher_mfu;
   EXPECT_NEAR(estimate_layout(in, c, 1, 4, 4).teacher_stage_s_per_token,
               forward_flops_per_token(in.teacher, 10, in.seq_len, false) / rate, 1e-15);
-  in.distill.logits = "hidden";
+  in.distill.logits = TeacherOutput::kHidden;
   EXPECT_NEAR(estimate_layout(in, c, 1, 4, 4).teacher_stage_s_per_token,
               forward_flops_per_token(in.teacher, 9, in.seq_len, false) / rate, 1e-15);
 }
@@ -247,7 +247,7 @@ TEST(CostModel, MultiNodeLayoutsSeparateTheRolesOrKeepEachChannelOnItsNode) {
     p.teacher_pipelines = e.T;
     p.teacher_stages = e.P;
     p.students = e.S;
-    p.rank_order = "pipelines";
+    p.rank_order = RankOrder::kPipelines;
     const RankLayout l = make_rank_layout(p, static_cast<int>(e.devices), 36);
     for (int t = 0; t < e.T; ++t)
       for (int r : l.group_ranks(GroupKind::kLogitChannel, t))
@@ -339,7 +339,7 @@ TEST(CostModel, PaperPlanOnH200PrintsARecommendationWithNumbers) {
   in.student = {"student", 9, 1024, 16, 8, 64, 3072, 151936, true};
   in.seq_len = 4096;
   in.micro_batch = 4;
-  in.distill.logits = "topk";
+  in.distill.logits = TeacherOutput::kTopk;
   in.distill.topk = 64;
   in.distill.channel_dtype = FloatDtype::kBf16;
   in.stage_depths = {1, 2, 3, 4, 5, 6, 7, 8, 9};
@@ -416,10 +416,10 @@ std::string fake_timed_run(const std::string& root, const std::string& name, int
   c.student.head_dim = 4;
   c.student.intermediate = 16;
   c.student.vocab_size = 32;
-  c.curriculum.mode = "joint";
+  c.curriculum.mode = CurriculumMode::kJoint;
   c.curriculum.stages = {2};
   c.curriculum.stage_steps = {10};
-  c.distill.logits = "full";
+  c.distill.logits = TeacherOutput::kFull;
   c.parallel.teacher_pipelines = T;
   c.parallel.teacher_stages = P;
   c.parallel.students = S;

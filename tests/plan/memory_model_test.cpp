@@ -13,7 +13,7 @@ namespace {
 // cost_model_test's tiny shape: hidden 8, 2 heads / 1 kv head of 4, intermediate 16, vocab 32, tied.
 ModelShape tiny(int64_t layers) { return {"tiny", layers, 8, 2, 1, 4, 16, 32, true}; }
 
-StudentMemoryInput tiny_student(const std::string& precision, const std::string& recompute) {
+StudentMemoryInput tiny_student(StudentPrecision precision, Recompute recompute) {
   StudentMemoryInput in;
   in.student = tiny(2);
   in.tokens = 16;
@@ -24,12 +24,12 @@ StudentMemoryInput tiny_student(const std::string& precision, const std::string&
 
 // The example in memory_model.h, number by number.
 TEST(MemoryModel, TinyFp32StudentWorkedByHand) {
-  const StudentMemory m = student_memory(tiny_student("fp32", "none"));
+  const StudentMemory m = student_memory(tiny_student(StudentPrecision::kFp32, Recompute::kNone));
   EXPECT_EQ(m.weights, 4.0 * 1464);
   EXPECT_EQ(m.compute_copy, 0.0);
   EXPECT_EQ(m.gradients, 4.0 * 1464);
   EXPECT_EQ(m.optimizer, 8.0 * 1464);
-  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "fp32", "none"), 680.0);  // (168 + 2 lse) · 4
+  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), StudentPrecision::kFp32, Recompute::kNone), 680.0);  // (168 + 2 lse) · 4
   EXPECT_EQ(m.activations, 2 * 680.0 * 16);
   // The hidden states and their gradient, one chunk of all 16 rows (ATen ops on a GPU, CE alone: 24
   // bytes per element), the tied head's gradient made in the forward.
@@ -41,39 +41,38 @@ TEST(MemoryModel, TinyFp32StudentWorkedByHand) {
 // Recomputation: "layer" keeps h values per block (+ one whole block while its backward runs),
 // "mlp" drops norm 2's two outputs and the MLP's four tensors: 2·8 + 4·16 = 80 values.
 TEST(MemoryModel, RecomputationKeepsLessPerBlock) {
-  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "fp32", "layer"), 8 * 4.0);
-  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "fp32", "mlp"), 680.0 - 80 * 4);
+  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), StudentPrecision::kFp32, Recompute::kLayer), 8 * 4.0);
+  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), StudentPrecision::kFp32, Recompute::kMlp), 680.0 - 80 * 4);
   // fp32 on CPU with the op-sequence kernels: the norms keep their rows' scales, not their inputs,
   // 4·(2 + 2 + 1) = 20 bytes instead of 4·(2·8 + 8 + 4) = 112; the MLP's norm drops its scale (4).
-  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "fp32", "none", true), 680.0 - 112 + 20);
-  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "fp32", "mlp", true), 588.0 - 4 - 80 * 4 + 8 * 4);
-  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "bf16-mixed", "none", true),
-            block_activation_bytes_per_token(tiny(2), "bf16-mixed", "none"));  // bf16 runs HF's sequence
+  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), StudentPrecision::kFp32, Recompute::kNone, true), 680.0 - 112 + 20);
+  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), StudentPrecision::kFp32, Recompute::kMlp, true), 588.0 - 4 - 80 * 4 + 8 * 4);
+  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), StudentPrecision::kBf16Mixed, Recompute::kNone, true),
+            block_activation_bytes_per_token(tiny(2), StudentPrecision::kBf16Mixed, Recompute::kNone));  // bf16 runs HF's sequence
   // Plus, while the rebuilt part's backward runs, the gradients of the MLP's four 16-wide tensors.
-  EXPECT_EQ(student_memory(tiny_student("fp32", "layer")).activations, (2 * 32.0 + 680 + 4 * 16 * 4) * 16);
-  EXPECT_EQ(student_memory(tiny_student("fp32", "mlp")).activations, (2 * 360.0 + 80 * 4 + 4 * 16 * 4) * 16);
+  EXPECT_EQ(student_memory(tiny_student(StudentPrecision::kFp32, Recompute::kLayer)).activations, (2 * 32.0 + 680 + 4 * 16 * 4) * 16);
+  EXPECT_EQ(student_memory(tiny_student(StudentPrecision::kFp32, Recompute::kMlp)).activations, (2 * 360.0 + 80 * 4 + 4 * 16 * 4) * 16);
 }
 
 // Precision: masters and AdamW stay fp32 under bf16-mixed, plus a 2-byte copy; bf16-pure halves all.
 // Activations in bf16: 2·(4·8 + 4·8 + 3·4 + 4·16) = 280 bytes, the RMSNorms' fp32 inputs
 // 4·(2·8 + 8 + 4) = 112 and the log-sum-exp 8.
 TEST(MemoryModel, PrecisionSetsBytesPerParameterAndActivation) {
-  const StudentMemory mixed = student_memory(tiny_student("bf16-mixed", "none"));
-  const StudentMemory pure = student_memory(tiny_student("bf16-pure", "none"));
+  const StudentMemory mixed = student_memory(tiny_student(StudentPrecision::kBf16Mixed, Recompute::kNone));
+  const StudentMemory pure = student_memory(tiny_student(StudentPrecision::kBf16Pure, Recompute::kNone));
   EXPECT_EQ(mixed.weights + mixed.compute_copy + mixed.gradients + mixed.optimizer, 18.0 * 1464);
   EXPECT_EQ(pure.weights + pure.compute_copy + pure.gradients + pure.optimizer, 8.0 * 1464);
-  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "bf16-mixed", "none"), 280 + 112 + 8.0);
+  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), StudentPrecision::kBf16Mixed, Recompute::kNone), 280 + 112 + 8.0);
   // mlp: drops norm 2's fp32 input (32), its outputs and the MLP (2·(2·8 + 4·16) = 160), keeps 2·8.
-  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), "bf16-mixed", "mlp"), 400 - 32 - 160 + 16.0);
-  EXPECT_THROW(precision_bytes("fp16"), InputError);
+  EXPECT_EQ(block_activation_bytes_per_token(tiny(2), StudentPrecision::kBf16Mixed, Recompute::kMlp), 400 - 32 - 160 + 16.0);
 }
 
 // memory_model.h's grad_op example, number by number: the moments halve on S = 2, the step adds a
 // gradient shard and the embedding's bucket (larger than the 64-byte cap), and the forward stays the
 // peak at 16 tokens; at 1 token the step is the peak.
 TEST(MemoryModel, GradOpShardsTheMomentsAndCountsTheStepsShardsWorkedByHand) {
-  StudentMemoryInput in = tiny_student("fp32", "none");
-  in.sharding = "grad_op";
+  StudentMemoryInput in = tiny_student(StudentPrecision::kFp32, Recompute::kNone);
+  in.sharding = Sharding::kGradOp;
   in.students = 2;
   in.bucket_bytes = 64;
   EXPECT_EQ(largest_trainable_params(in.student, false), 32 * 8);  // the tied embedding
@@ -87,7 +86,7 @@ TEST(MemoryModel, GradOpShardsTheMomentsAndCountsTheStepsShardsWorkedByHand) {
   EXPECT_EQ(m.step(), 5856 + 5856 + (5856 + 2928 + 1024.0));
   EXPECT_EQ(m.forward(), 5856 * 3 + 21760 + 14336.0);
   EXPECT_EQ(m.total(), 53664.0);
-  EXPECT_EQ(student_memory(tiny_student("fp32", "none")).total() - m.total(), 11712.0 / 2);
+  EXPECT_EQ(student_memory(tiny_student(StudentPrecision::kFp32, Recompute::kNone)).total() - m.total(), 11712.0 / 2);
   in.tokens = 1;
   const StudentMemory one = student_memory(in);
   EXPECT_EQ(one.forward(), 17568 + 2 * 680.0 + (2 * 8 * 4 + 32 * 24 + 32 * 8 * 4.0));
@@ -95,7 +94,7 @@ TEST(MemoryModel, GradOpShardsTheMomentsAndCountsTheStepsShardsWorkedByHand) {
   // A bucket cap above every parameter: the bucket is the cap.
   in.bucket_bytes = 4096;
   EXPECT_EQ(student_memory(in).bucket, 4096.0);
-  in.sharding = "full";  // needs layer recomputation
+  in.sharding = Sharding::kFull;  // needs layer recomputation
   EXPECT_THROW(student_memory(in), InputError);
 }
 
@@ -106,8 +105,8 @@ TEST(MemoryModel, GradOpShardsTheMomentsAndCountsTheStepsShardsWorkedByHand) {
 //   (2·8·4 + 680 + 4·16·4)·16 = 16,000; loss 14,336; forward = 44,304; step = 4,656 + 2,928 +
 //   max(3,456 + 1,464 + 1,024, 1,464 + 0, 0 + 1,024) = 13,528.
 TEST(MemoryModel, FullShardingHoldsTheEndsOneBlockAndSlicesWorkedByHand) {
-  StudentMemoryInput in = tiny_student("fp32", "layer");
-  in.sharding = "full";
+  StudentMemoryInput in = tiny_student(StudentPrecision::kFp32, Recompute::kLayer);
+  in.sharding = Sharding::kFull;
   in.students = 4;
   in.bucket_bytes = 64;
   const StudentMemory m = student_memory(in);
@@ -121,18 +120,18 @@ TEST(MemoryModel, FullShardingHoldsTheEndsOneBlockAndSlicesWorkedByHand) {
   EXPECT_EQ(m.forward(), 44304.0);
   EXPECT_EQ(m.step(), 13528.0);
   // Against grad_op on the same S: the blocks' weights and gradients shrink, the held shards grow.
-  in.sharding = "grad_op";
+  in.sharding = Sharding::kGradOp;
   const StudentMemory g = student_memory(in);
   EXPECT_EQ(g.forward() - m.forward(), (5856 - 4656) + (5856 - 3456) - 2928.0);
-  in.sharding = "full";
-  in.recompute = "none";
+  in.sharding = Sharding::kFull;
+  in.recompute = Recompute::kNone;
   EXPECT_THROW(student_memory(in), InputError);
 }
 
 // "none" over S > 1 adds, at the end of the backward, the flat copy of every bucket the all-reduce
 // reduces in (the gradients once more); one student has none.
 TEST(MemoryModel, ReplicatedOverStudentsCountsTheAllReducesFlatCopies) {
-  StudentMemoryInput in = tiny_student("bf16-mixed", "layer");
+  StudentMemoryInput in = tiny_student(StudentPrecision::kBf16Mixed, Recompute::kLayer);
   const StudentMemory one = student_memory(in);
   EXPECT_EQ(one.flat_copies, 0.0);  // one student: nothing to all-reduce
   EXPECT_EQ(one.step(), one.weights + one.gradients + one.optimizer);
@@ -148,11 +147,11 @@ TEST(MemoryModel, ReplicatedOverStudentsCountsTheAllReducesFlatCopies) {
 // The paper's layer (memory_model.h's example) and its student's frozen embedding.
 TEST(MemoryModel, PaperLayerAndFrozenEmbedding) {
   const ModelShape paper{"student", 9, 4096, 32, 8, 128, 12288, 151936, false};
-  EXPECT_EQ(block_activation_bytes_per_token(paper, "bf16-mixed", "none"), 223360.0);
+  EXPECT_EQ(block_activation_bytes_per_token(paper, StudentPrecision::kBf16Mixed, Recompute::kNone), 223360.0);
   StudentMemoryInput in;
   in.student = paper;
   in.tokens = 8192;
-  in.precision = "bf16-mixed";
+  in.precision = StudentPrecision::kBf16Mixed;
   in.frozen_embedding = true;
   const StudentMemory m = student_memory(in);
   const double params = static_cast<double>(total_params(paper)), embedding = 151936.0 * 4096;
@@ -161,7 +160,7 @@ TEST(MemoryModel, PaperLayerAndFrozenEmbedding) {
   EXPECT_EQ(m.weights, 4 * params);
   // grad_op over the paper's 8 students: the moments (fp32 masters under bf16-mixed) to 1/8, the
   // head (untied, trained) is the largest bucket: 151,936 x 4,096 fp32 = 2.32 GiB > 32 MiB.
-  in.sharding = "grad_op";
+  in.sharding = Sharding::kGradOp;
   in.students = 8;
   const StudentMemory sharded = student_memory(in);
   EXPECT_EQ(largest_trainable_params(paper, true), 151936 * 4096);
@@ -216,8 +215,8 @@ ClusterSpec two_nodes_of_80_gb() {
 TEST(MemoryModel, PaperConfigOnEightyGigabyteDevicesNamesWhatFits) {
   PlanInput in = paper_plan();
   EXPECT_EQ(in.seq_len, 8192);  // documents: max_len
-  EXPECT_EQ(in.precision, "bf16-mixed");
-  EXPECT_EQ(in.sharding, "grad_op");
+  EXPECT_EQ(in.precision, StudentPrecision::kBf16Mixed);
+  EXPECT_EQ(in.sharding, Sharding::kGradOp);
   EXPECT_EQ(in.micro_batch, 2);
   const ClusterSpec c = two_nodes_of_80_gb();
   const LayoutEstimate shipped = estimate_layout(in, c, 8, 1, 8);
@@ -227,7 +226,7 @@ TEST(MemoryModel, PaperConfigOnEightyGigabyteDevicesNamesWhatFits) {
   EXPECT_EQ(ranked.front().devices, 16);
   const double trainable = static_cast<double>(total_params(in.student) - in.student.vocab * in.student.hidden);
   PlanInput replicated = in;
-  replicated.sharding = "none";
+  replicated.sharding = Sharding::kNone;
   EXPECT_EQ(estimate_layout(replicated, c, 8, 1, 8).student_bytes - shipped.student_bytes, 7 * 8 * trainable / 8);
   replicated.micro_batch = 4;
   replicated.grad_accum = 2;
@@ -243,13 +242,13 @@ TEST(MemoryModel, PaperConfigOnEightyGigabyteDevicesNamesWhatFits) {
 // Why the shipped config keeps micro_batch = 2 under grad_op (global_batch = 64 over 8 students takes
 // 1, 2, 4 or 8): at 4 a teacher stage's predicted peak (its 4 outgoing micro-batches of bf16 logits)
 // is under the 90% budget of an 80 GB device by less than the model's worst measured
-// under-prediction (bench/memory_check, README: measured/predicted at most 1.047, recompute =
+// under-prediction (bench/memory_check, docs/performance.md: measured/predicted at most 1.065, recompute =
 // "mlp"), so it does not fit with a margin; the student would (the row-chunked loss holds one chunk
 // whatever the micro-batch, where the vocabulary-chunked loss's temporaries grew with it); at 2 both
 // roles do. The plan prints the sharded figures in the memory section and each layout's student
 // peak in the table.
 TEST(MemoryModel, PaperConfigMicroBatchIsTheLargestThatFitsWithinTheModelsMeasuredError) {
-  constexpr double kWorstMeasuredOverPredicted = 1.047;
+  constexpr double kWorstMeasuredOverPredicted = 1.065;
   PlanInput in = paper_plan();
   const ClusterSpec c = two_nodes_of_80_gb();
   const double budget = 0.9 * c.memory;

@@ -17,7 +17,7 @@
 #include "report/report_plots.h"
 #include "report/scaling.h"
 #include "run_folder/active_layer_tokens.h"
-#include "study/study_process.h"
+#include "child_process/child_process.h"
 #include "tests/test_paths.h"
 #include "tests/test_support.h"
 
@@ -32,19 +32,26 @@ std::string scratch(const std::string& name) { return test::scratch_dir("report"
 // 1000 tokens; joint runs 30 steps at depth 3; the matched run 20 steps at depth 3 (60000 active-layer
 // tokens, the grow runs' total); single-block runs 10 steps at depth 1. Eval every 5 steps.
 struct FakeRun {
+  FakeRun(std::string n, const std::string& placement, const std::string& k, int64_t s)
+      : name(std::move(n)), norm(parse_option<NormPlacement>(placement, "FakeRun")), kind(kind_of(k)), seed(s) {}
+  static RunKind kind_of(const std::string& k) {
+    if (k == "matched") return RunKind::kJointMatched;
+    if (k == "single") return RunKind::kSingleBlock;
+    return parse_option<RunKind>(k, "FakeRun");  // joint | grow | freeze
+  }
   std::string name;  // deliberately NOT the role, for the roles-from-config test
-  std::string norm;
-  std::string kind;  // joint | grow | freeze | matched | single
+  NormPlacement norm;
+  RunKind kind;
   int64_t seed;
 };
 
 // Validation CE: pre-norm 4 - 0.05·step, post-norm 4.1 - 0.06·step (post overtakes after step 10),
 // plus a per-kind offset and a small seed- and kind-dependent term, so means and stds are not trivial.
 double fake_ce(const FakeRun& r, int64_t step) {
-  const double kind_offset = r.kind == "joint" ? 0.02 : r.kind == "matched" ? 0.01 : r.kind == "freeze" ? 0.05
-                             : r.kind == "single" ? 0.5 : 0.0;
-  const double seed_term = 0.001 * static_cast<double>(r.seed * r.seed % 7) + 0.0003 * r.seed * (r.norm == "post");
-  return (r.norm == "pre" ? 4.0 - 0.05 * step : 4.1 - 0.06 * step) + kind_offset + seed_term;
+  const double kind_offset = r.kind == RunKind::kJoint ? 0.02 : r.kind == RunKind::kJointMatched ? 0.01
+                             : r.kind == RunKind::kFreeze ? 0.05 : r.kind == RunKind::kSingleBlock ? 0.5 : 0.0;
+  const double seed_term = 0.001 * static_cast<double>(r.seed * r.seed % 7) + 0.0003 * r.seed * (r.norm == NormPlacement::kPost);
+  return (r.norm == NormPlacement::kPre ? 4.0 - 0.05 * step : 4.1 - 0.06 * step) + kind_offset + seed_term;
 }
 
 std::string write_run(const std::string& root, const FakeRun& r, bool finished = true) {
@@ -53,22 +60,22 @@ std::string write_run(const std::string& root, const FakeRun& r, bool finished =
   c.run.seed = r.seed;
   c.run.out_dir = root + "/" + r.name + "/seed" + std::to_string(r.seed);
   c.teacher.checkpoint = "teacher/final/hf";
-  c.student.layers = r.kind == "single" ? 1 : 3;
+  c.student.layers = r.kind == RunKind::kSingleBlock ? 1 : 3;
   c.student.norm = r.norm;
   std::vector<int64_t> depths, steps;
-  if (r.kind == "grow" || r.kind == "freeze") {
-    c.curriculum.mode = "grow";
+  if (appends_blocks(r.kind)) {
+    c.curriculum.mode = CurriculumMode::kGrow;
     c.curriculum.stages = depths = {1, 2, 3};
     c.curriculum.stage_steps = steps = {10, 10, 10};
-    c.curriculum.freeze_prefix = r.kind == "freeze";
+    c.curriculum.freeze_prefix = r.kind == RunKind::kFreeze;
   } else {
-    c.curriculum.mode = "joint";
+    c.curriculum.mode = CurriculumMode::kJoint;
     c.curriculum.stages = depths = {c.student.layers};
-    if (r.kind == "matched") {
+    if (r.kind == RunKind::kJointMatched) {
       c.curriculum.budget = "active_layer_tokens:" + root + "/pg/seed" + std::to_string(r.seed);
       steps = {20};
     } else {
-      c.curriculum.stage_steps = steps = {r.kind == "single" ? 10 : 30};
+      c.curriculum.stage_steps = steps = {r.kind == RunKind::kSingleBlock ? 10 : 30};
     }
   }
   c.eval.every = 5;
@@ -103,12 +110,12 @@ std::string write_run(const std::string& root, const FakeRun& r, bool finished =
     // Training loss: 3.0 − 0.1·stage, plus after each append a decaying jump (1.0 pre, 2.0 post)·0.5^k
     // at k steps into the stage: the transition metrics have closed forms (see PaperTables below).
     const int64_t k = step - stage_first;
-    const double jump = stage > 0 ? (r.norm == "pre" ? 1.0 : 2.0) * std::pow(0.5, static_cast<double>(k)) : 0.0;
+    const double jump = stage > 0 ? (r.norm == NormPlacement::kPre ? 1.0 : 2.0) * std::pow(0.5, static_cast<double>(k)) : 0.0;
     metrics << json{{"step", step}, {"stage", stage}, {"depth", depth}, {"loss", 3.0 - 0.1 * stage + jump}}.dump() << "\n";
-    if ((r.kind == "grow" || r.kind == "freeze") && ((step + 1) % 5 == 0)) {
+    if (appends_blocks(r.kind) && ((step + 1) % 5 == 0)) {
       const bool growth = stage_end && stage < 2;
       const bool final_point = stage_end && stage == 2;
-      const double scale = (r.norm == "pre" ? 1.0 + depth : 1.0) * (1 + 0.01 * step);
+      const double scale = (r.norm == NormPlacement::kPre ? 1.0 + depth : 1.0) * (1 + 0.01 * step);
       json record = {{"step", step}, {"stage", stage}, {"depth", depth},
                      {"event", growth ? "growth" : final_point ? "final" : "periodic"},
                      {"boundary_rms", {{"first", 3 * scale}, {"structural", scale}, {"content", 1.2 * scale}}},
@@ -119,9 +126,9 @@ std::string write_run(const std::string& root, const FakeRun& r, bool finished =
       // Block-boundary RMS: pre-norm's document-boundary tokens 40× the regular ones, growing with depth.
       json rms = json::array();
       for (int64_t b = 0; b <= depth; ++b) {
-        const double regular = r.norm == "pre" ? 7.0 + b : 1.0, boundary = r.norm == "pre" ? 40 * regular : 1.5;
-        rms.push_back({{"all", {{"count", 60}, {"mean", regular + 0.1}, {"std", r.norm == "pre" ? 5.0 + b : 0.1},
-                                {"kurtosis", r.norm == "pre" ? 50.0 : 3.0}}},
+        const double regular = r.norm == NormPlacement::kPre ? 7.0 + b : 1.0, boundary = r.norm == NormPlacement::kPre ? 40 * regular : 1.5;
+        rms.push_back({{"all", {{"count", 60}, {"mean", regular + 0.1}, {"std", r.norm == NormPlacement::kPre ? 5.0 + b : 0.1},
+                                {"kurtosis", r.norm == NormPlacement::kPre ? 50.0 : 3.0}}},
                        {"document_boundary", {{"count", 2}, {"mean", boundary}, {"std", 0.0}, {"kurtosis", nullptr}}},
                        {"regular", {{"count", 58}, {"mean", regular}, {"std", 0.5}, {"kurtosis", 3.0}}}});
       }
@@ -131,7 +138,7 @@ std::string write_run(const std::string& root, const FakeRun& r, bool finished =
         // Block removal: post-norm blocks all matter (ΔCE 2.5 + b), pre-norm's barely (0.02·(b+1)).
         json blocks = json::array();
         for (int64_t b = 0; b < depth; ++b) {
-          const double dce = r.norm == "post" ? 2.5 + b : 0.02 * (b + 1);
+          const double dce = r.norm == NormPlacement::kPost ? 2.5 + b : 0.02 * (b + 1);
           blocks.push_back({{"block", b}, {"ce_without", 3.0 + dce}, {"delta_ce", dce}, {"angle", 0.1 * (b + 1)}});
         }
         record["block_removal"] = {{"full_ce", 3.0}, {"tokens", 60}, {"block_layers", 1}, {"blocks", blocks}};
@@ -140,7 +147,7 @@ std::string write_run(const std::string& root, const FakeRun& r, bool finished =
     }
   }
   write_active_layer_tokens(dir, {alt, last * 1000, last, finished});
-  if (finished && (r.kind == "grow" || r.kind == "freeze")) {
+  if (finished && appends_blocks(r.kind)) {
     // Per-token RMS of the finished student at 4 boundaries: 2 document-boundary and 8 regular tokens.
     json boundaries = json::array();
     for (int b = 0; b < 4; ++b)
@@ -219,7 +226,7 @@ TEST(Report, RolesComeFromConfigsNotFolderNames) {
   EXPECT_EQ(roles, (std::vector<std::string>{"pre-joint", "post-joint", "pre-grow", "post-grow", "post-joint-matched",
                                              "pre-single-block", "post-single-block", "pre-freeze", "post-freeze"}));
   for (const auto& s : r.roles) EXPECT_EQ(s.seeds, (std::vector<int64_t>{1, 2, 3})) << s.role;
-  EXPECT_EQ(run_kind(runs[0].config, "none (pretraining, CE only)", 3), "pretrain");
+  EXPECT_EQ(run_kind(runs[0].config, "none (pretraining, CE only)", 3), RunKind::kPretrain);
 }
 
 TEST(Report, TableValuesEqualThoseRecomputedFromTheEvalRecords) {
@@ -268,7 +275,7 @@ TEST(Report, PhaseWiseCrossoverPerStageAndOverall) {
   const Report r = build_report(runs);
   const Crossover* grow = nullptr;
   for (const auto& x : r.crossovers)
-    if (x.kind == "grow") grow = &x;
+    if (x.kind == RunKind::kGrow) grow = &x;
   ASSERT_NE(grow, nullptr);
   // Eval steps 4, 9 | 14, 19 | 24, 29. Post (4.1 - 0.06 s) passes pre (4 - 0.05 s) after step 10;
   // the seed term adds 0.0003·mean(seed) = 0.0006 to post, which moves nothing here.
@@ -352,11 +359,11 @@ TEST(Report, SameLayoutInAnotherRankOrderOrShardingStandsForTheSeedOnce) {
   change_parallel(write_run(root, {"roles", "post", "grow", 1}), two_pipelines);
   change_parallel(write_run(root, {"pipelines", "post", "grow", 1}), [&](ParallelConfig& p) {
     two_pipelines(p);
-    p.rank_order = "pipelines";
+    p.rank_order = RankOrder::kPipelines;
   });
   change_parallel(write_run(root, {"sharded", "post", "grow", 1}), [&](ParallelConfig& p) {
     two_pipelines(p);
-    p.sharding = "grad_op";
+    p.sharding = Sharding::kGradOp;
   });
   std::vector<RunData> runs;
   for (const auto& d : find_run_dirs({root})) runs.push_back(load_run(d));
@@ -394,7 +401,7 @@ TEST(Scaling, ShardedAndReplicatedRunsOfOneLayoutAreTwoRowsOfASweep) {
   for (const auto& [dir, rate] : measured) {
     change_parallel(dir, [&](ParallelConfig& p) {
       p.students = 2;
-      if (dir == sharded) p.sharding = "grad_op";
+      if (dir == sharded) p.sharding = Sharding::kGradOp;
     });
     // Distributed (logits on the channel), one rate after the warm-up steps.
     std::ofstream metrics(dir + "/metrics.jsonl");
@@ -425,7 +432,7 @@ TEST(Report, DiagnosticsRecordParsing) {
   EXPECT_DOUBLE_EQ(d.residual_rms[1].at("first"), 2.0);
   EXPECT_DOUBLE_EQ(d.identity_rel.at("content"), 0.4);
   EXPECT_DOUBLE_EQ(d.identity_cos.at("content"), 0.9);
-  // The trainer's form: curriculum/boundary_diagnostics.h's to_json under any key.
+  // The trainer's form: diagnostics/boundary_diagnostics.h's to_json under any key.
   const DiagnosticPoint t = parse_diagnostic(
       R"({"step": 19, "stage": 1, "depth": 2, "event": "growth",
           "residual": {"entering": [{"mean": {"all": 1.0, "first": 4.0}, "tokens": {"all": 8, "first": 1}},
@@ -476,8 +483,9 @@ TEST(Report, PlotsAreRenderedFromTheRecordsWithGrowthEventsMarked) {
 }
 
 // The paper's tables from the synthetic study: numbers recomputed from the records' closed forms.
-// Without single-block runs, Table 2 is read from the grow runs' phase-0 end points (PAPER.md: under
-// the reset policy phase 0 of a grow run is the single-block control), mean over seeds.
+// Without single-block runs, Table 2 is read from the grow runs' phase-0 end points (under the reset
+// policy phase 0 of a grow run is the single-block control, docs/protocol.md "Controls"), mean over
+// seeds.
 TEST(PaperTables, SingleBlockTableReadsTheGrowRunsPhaseZeroEndWithoutSingleBlockRuns) {
   const std::string root = scratch("table2_from_grow");
   for (const auto& [n, norm, kind] : std::vector<std::tuple<std::string, std::string, std::string>>{
@@ -594,7 +602,7 @@ TEST(PaperFigures, EveryFigureIsRenderedWithItsKeyOutsideThePlot) {
   double post_grow = NAN;
   while (std::getline(dat, line)) {
     if (line.rfind("# ", 0) == 0) block = line.substr(2, line.find(':') - 2);
-    else if (!line.empty() && block == "post" && line.find(" grow ") != std::string::npos)
+    else if (!line.empty() && block == option_name(NormPlacement::kPost) && line.find(" grow ") != std::string::npos)
       post_grow = std::stod(line.substr(line.find(" grow ") + 6));
   }
   EXPECT_NEAR(post_grow, recompute(root, "pg").first, 1e-7);

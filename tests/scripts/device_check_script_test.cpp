@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -55,14 +56,16 @@ TEST(DeviceCheckScript, DryRunShowsEveryStepAtPaperShapesAndItsConfigsPassThisBu
   if (!fs::exists(test::kDeepenBin)) GTEST_SKIP() << "deepen not built";
   const Ran r = run({"bash", script(), "--dry-run"},
                     {{"DEEPEN_BIN", test::kDeepenBin}, {"OUT", ""}, {"BUILD", ""}, {"JOBS", ""}, {"BUDGET_S", ""},
-                     {"REHEARSE", ""}, {"STEPS", ""}, {"TEACHER_LAYERS", ""}},
+                     {"REHEARSE", ""}, {"STEPS", ""}, {"TEACHER_LAYERS", ""}, {"KIT", ""}, {"BUILD_S", ""}},
                     "device_check_dry", test::kSourceDir);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   // Preflight names each dependency, found or not (this machine has no nvidia-smi: MISSING, and
   // a dry run goes on).
   for (const char* dep : {"preflight: nvidia-smi", "preflight: nvcc", "preflight: nccl.h", "preflight: libnccl.so.2",
                           "preflight: python3 torch wheel with CUDA", "preflight: cmake", "preflight: ninja",
-                          "preflight: mpirun"})
+                          "preflight: mpirun", "preflight: mpicxx", "preflight: pkg-config", "preflight: Boost headers",
+                          "preflight: TOML++", "preflight: CLI11", "preflight: nlohmann-json", "preflight: utf8proc",
+                          "preflight: GoogleTest"})
     EXPECT_TRUE(has(r.out, dep)) << dep << "\n" << r.out;
   // Build: only deepen and the GPU test binary, 16 jobs, under a timeout.
   EXPECT_TRUE(has(r.out, "would run [build, timeout 330 s]: cmake --build build-gpu --target deepen deepen_torch_tests -j16\n"))
@@ -87,6 +90,63 @@ TEST(DeviceCheckScript, DryRunShowsEveryStepAtPaperShapesAndItsConfigsPassThisBu
       << r.out;
   EXPECT_TRUE(has(r.out, "would print: tokens/s, MFU and peak GPU memory")) << r.out;
   EXPECT_FALSE(fs::exists(fs::path(test::kSourceDir) / "device-check-out")) << "a dry run must not write results";
+}
+
+// A fake kit: an env.sh that puts a bin/ folder first on the PATH, and a MANIFEST.txt.
+fs::path make_fake_kit(const std::string& name) {
+  const fs::path kit = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+  fs::remove_all(kit);
+  fs::create_directories(kit / "bin");
+  std::ofstream(kit / "env.sh") << "DEEPEN_KIT=$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\nexport DEEPEN_KIT\n"
+                                   "export PATH=$DEEPEN_KIT/bin:$PATH\n";
+  std::ofstream(kit / "MANIFEST.txt") << "# a fake kit\n# total: 2 files\n";
+  return kit;
+}
+
+// --kit DIR: the kit's env.sh is sourced before the preflight, so the preflight and the build see it.
+TEST(DeviceCheckScript, TheKitIsPutOnTheSearchPathsBeforeThePreflight) {
+  const fs::path kit = make_fake_kit("device_check_kit");
+  const Ran r = run({"bash", script(), "--dry-run", "--kit", kit.string()},
+                    {{"OUT", ""}, {"BUILD", ""}, {"JOBS", ""}, {"KIT", ""}, {"BUILD_S", ""}, {"REHEARSE", ""}},
+                    "device_check_kit", test::kSourceDir);
+  fs::remove_all(kit);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const size_t kit_line = r.out.find("kit: " + kit.string() + " (total: 2 files)\n");
+  ASSERT_NE(kit_line, std::string::npos) << r.out;
+  EXPECT_LT(kit_line, r.out.find("preflight: ")) << r.out;
+  EXPECT_TRUE(has(r.out, "would run [build, timeout 330 s]")) << r.out;
+}
+
+// --build-only: kit, preflight and build, then stop; a missing driver or GPU is named but not needed.
+TEST(DeviceCheckScript, BuildOnlyStopsAfterTheBuildAndNeedsNoGpu) {
+  const Ran r = run({"bash", script(), "--dry-run", "--build-only"},
+                    {{"OUT", ""}, {"BUILD", ""}, {"JOBS", "2"}, {"KIT", ""}, {"BUILD_S", "3600"}, {"REHEARSE", ""}},
+                    "device_check_build_only", test::kSourceDir);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, ", build only\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "would run [build, timeout 3600 s]: cmake --build build-gpu --target deepen deepen_torch_tests -j2\n"))
+      << r.out;
+  EXPECT_TRUE(has(r.out, "build only: would stop here")) << r.out;
+  EXPECT_FALSE(has(r.out, "[gpu_tests")) << r.out;
+  EXPECT_FALSE(has(r.out, "[pretrain_block")) << r.out;
+  if (std::system("command -v nvidia-smi > /dev/null 2>&1") != 0)
+    EXPECT_TRUE(has(r.out, "preflight: not needed to build (--build-only): nvidia-smi")) << r.out;
+}
+
+// A folder that is not a kit stops the check before anything runs (exit 1), naming what to do.
+TEST(DeviceCheckScript, AFolderWithoutEnvShIsNotAKit) {
+  const fs::path out = fs::temp_directory_path() / ("device_check_nokit_" + std::to_string(::getpid()));
+  const Ran r = run({"bash", script(), "--kit", "/nonexistent-kit"},
+                    {{"OUT", out.string()}, {"WORK", (out / "work").string()}, {"KIT", ""}},
+                    "device_check_no_kit", test::kSourceDir);
+  fs::remove_all(out);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "kit: /nonexistent-kit has no env.sh (make one with scripts/offline_kit.sh)")) << r.out;
+  EXPECT_TRUE(has(r.out, "FAILED: kit")) << r.out;
+  EXPECT_FALSE(has(r.out, "preflight:")) << r.out;
+  const Ran missing = run({"bash", script(), "--kit"}, {}, "device_check_kit_missing");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_TRUE(has(missing.err, "--kit needs a folder")) << missing.err;
 }
 
 TEST(DeviceCheckScript, AnUnknownArgumentIsRefused) {

@@ -323,7 +323,7 @@ TEST(SlurmScripts, PipelinesOrderWarnsAboutStudentsAwayFromTheirLastStageAndReje
 TEST(SlurmScripts, RoleOfEveryRankMatchesTheRankLayoutInBothOrders) {
   std::string script = "source " + slurm_dir() + "/lib.sh\n";
   std::string want;
-  for (const char* order : {"roles", "pipelines"}) {
+  for (const RankOrder order : {RankOrder::kRoles, RankOrder::kPipelines}) {
     for (auto [T, P, S] : {std::tuple{1, 3, 2}, {2, 2, 4}, {3, 1, 6}, {4, 2, 8}}) {
       ParallelConfig p;
       p.teacher_pipelines = T;
@@ -333,7 +333,7 @@ TEST(SlurmScripts, RoleOfEveryRankMatchesTheRankLayoutInBothOrders) {
       const RankLayout l = make_rank_layout(p, T * P + S, 12);
       for (int r = 0; r < l.world_size; ++r) {
         script += "deepen_role_of " + std::to_string(r) + " " + std::to_string(T) + " " + std::to_string(P) + " " +
-                  std::to_string(S) + " " + order + "\n";
+                  std::to_string(S) + " " + option_name(order) + "\n";
         const RankInfo& i = l.ranks[r];
         want += i.is_teacher() ? "teacher p" + std::to_string(i.pipeline) + " s" + std::to_string(i.stage) + "\n"
                                : "student " + std::to_string(i.student) + "\n";
@@ -354,7 +354,7 @@ TEST(SlurmScripts, EveryScriptPassesShellcheck) {
   EXPECT_EQ(r.code, 0) << r.out << r.err;
 }
 
-// The same cases as dist/slurm_env.h's expand_nodelist documents, so both expansions agree.
+// Slurm's compressed host lists, expanded as Slurm does (ranges, lists, zero padding, several groups).
 TEST(SlurmScripts, NodeListExpansionFollowsSlurmsRules) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"node[01-04]", "node01 node02 node03 node04"},

@@ -37,8 +37,9 @@ TEST(StudyConfigs, EveryRunOfEveryShippedStudyExpandsToAValidConfig) {
 const char* const kPaperStudies[] = {"configs/paper/study-qwen3-8b.toml", "configs/paper/study-qwen3-1.7b.toml",
                                      "configs/paper/study-qwen3-0.6b.toml"};
 
-// Every run of PAPER.md's study and controls, three seeds, with the budgets the paper gives in steps,
-// and the role the report gives each (from its config, never its name).
+// Every run of the paper's study and controls (docs/protocol.md, "Curriculum" and "Controls"), three
+// seeds, with the budgets the paper gives in steps, and the role the report gives each (from its
+// config, never its name).
 TEST(StudyConfigs, PaperStudiesHoldEveryRunOfThePaperWithItsBudgets) {
   struct Want {
     std::string kind;
@@ -65,15 +66,15 @@ TEST(StudyConfigs, PaperStudiesHoldEveryRunOfThePaperWithItsBudgets) {
       const auto it = want.find(j.run);
       ASSERT_NE(it, want.end()) << "a run the paper does not have";
       const Config& c = j.config;
-      EXPECT_EQ(c.student.norm, j.run.substr(0, j.run.find('-')));
-      EXPECT_EQ(run_kind(c, "teacher", 9), it->second.kind);
+      EXPECT_EQ(option_name(c.student.norm), j.run.substr(0, j.run.find('-')));
+      EXPECT_EQ(option_name(run_kind(c, "teacher", 9)), it->second.kind);
       EXPECT_EQ(c.student.layers, it->second.layers);
       EXPECT_EQ(stage_depths(c.curriculum), it->second.depths);
       EXPECT_EQ(c.curriculum.stage_steps, it->second.steps);
       EXPECT_TRUE(c.curriculum.stage_tokens.empty());
       EXPECT_TRUE(c.curriculum.budget.empty());
       EXPECT_EQ(c.curriculum.freeze_prefix, it->second.freeze);
-      EXPECT_EQ(c.curriculum.phase_policy, "reset");  // every phase: fresh AdamW, warmup + cosine
+      EXPECT_EQ(c.curriculum.phase_policy, PhasePolicy::kReset);  // every phase: fresh AdamW, warmup + cosine
       EXPECT_EQ(c.run.seed, j.seed);
       seeds[j.run].insert(j.seed);
     }
@@ -95,14 +96,15 @@ TEST(StudyConfigs, PaperRunsAskForCudaAndNcclExplicitly) {
     const StudyPlan plan = expand_study(load_study(source(f)));
     ASSERT_FALSE(plan.jobs.empty());
     for (const auto& j : plan.jobs) {
-      EXPECT_EQ(j.config.run.device, "cuda") << j.id();
-      EXPECT_EQ(j.config.parallel.backend, "nccl") << j.id();
+      EXPECT_EQ(j.config.run.device, RunDevice::kCuda) << j.id();
+      EXPECT_EQ(j.config.parallel.backend, Backend::kNccl) << j.id();
     }
   }
 }
 
-// Every value PAPER.md does not give is marked in the paper configs: each key line of the base
-// configs is one the paper fixes, is operational, or carries "# ASSUMPTION".
+// Every value the paper does not give (docs/protocol.md, "What the paper leaves open") is marked in
+// the paper configs: each key line of the base configs is one the paper fixes, is operational, or
+// carries "# ASSUMPTION".
 TEST(StudyConfigs, PaperBaseConfigsMarkTheirAssumptions) {
   const std::set<std::string> given_or_operational = {
       // run, data (FineWeb-Edu sample-10BT, documents up to 8,192, the fixed shard and validation set)
@@ -132,13 +134,13 @@ TEST(StudyConfigs, PaperBaseConfigsMarkTheirAssumptions) {
       }
       EXPECT_TRUE(given_or_operational.count(key)) << f << ": " << line;
     }
-    // PAPER.md's gaps: the split, the micro-batch, the student dtype, the freeze detail, the wire
+    // The paper's gaps: the split, the micro-batch, the student dtype, the freeze detail, the wire
     // dtype, the diagnostics interval (and the unused keys of documents mode).
     EXPECT_GE(marked, 6) << f;
   }
 }
 
-// `deepen train configs/paper/qwen3-8b.toml --dry-run` resolves to the paper's values (PAPER.md).
+// `deepen train configs/paper/qwen3-8b.toml --dry-run` resolves to the paper's values (docs/protocol.md).
 TEST(StudyConfigs, PaperConfigDryRunResolvesToThePublishedProtocol) {
   if (!fs::exists(test::kDeepenBin)) GTEST_SKIP() << "deepen not built";
   const std::string log = (fs::path(test::kBinaryDir) / "test_scratch" / "paper_config_dry_run.log").string();
@@ -160,36 +162,36 @@ TEST(StudyConfigs, PaperConfigDryRunResolvesToThePublishedProtocol) {
   EXPECT_EQ(c.student.layers, 9);
   EXPECT_EQ(c.curriculum.block_layers, 3);
   EXPECT_EQ(stage_depths(c.curriculum), (std::vector<int64_t>{3, 6, 9}));
-  EXPECT_EQ(c.student.init, "teacher");
-  EXPECT_EQ(c.student.recompute, "layer");  // gradient checkpointing on
+  EXPECT_EQ(c.student.init, StudentInit::kTeacher);
+  EXPECT_EQ(c.student.recompute, Recompute::kLayer);  // gradient checkpointing on
   EXPECT_FALSE(c.student.tie_embeddings);
   EXPECT_DOUBLE_EQ(c.student.rope_theta, 1e6);
   // Objective: 0.7 KL + 0.3 CE at tau 1, full vocabulary.
   EXPECT_DOUBLE_EQ(c.distill.alpha, 0.7);
   EXPECT_DOUBLE_EQ(c.distill.temperature, 1.0);
-  EXPECT_EQ(c.distill.logits, "full");
+  EXPECT_EQ(c.distill.logits, TeacherOutput::kFull);
   // Optimiser: AdamW (0.9, 0.95), eps 1e-8, wd 0, LR 1e-4 -> 1e-6, 750 warmup, clip 0.5.
   EXPECT_DOUBLE_EQ(c.optim.lr, 1e-4);
   EXPECT_NEAR(c.optim.lr * c.optim.min_lr_ratio, 1e-6, 1e-18);
   EXPECT_EQ(c.optim.warmup_steps, 750);
-  EXPECT_EQ(c.optim.schedule, "cosine");
+  EXPECT_EQ(c.optim.schedule, LrShape::kCosine);
   EXPECT_DOUBLE_EQ(c.optim.weight_decay, 0.0);
   EXPECT_DOUBLE_EQ(c.optim.grad_clip, 0.5);
   EXPECT_EQ(c.optim.betas, (std::vector<double>{0.9, 0.95}));
   EXPECT_DOUBLE_EQ(c.optim.eps, 1e-8);
   EXPECT_EQ(c.run.seed, 42);
   // Data: unpacked documents up to 8,192 tokens, 64 sequences per step, the fixed shard and validation set.
-  EXPECT_EQ(c.data.packing, "documents");
+  EXPECT_EQ(c.data.packing, Packing::kDocuments);
   EXPECT_EQ(c.data.max_len, 8192);
   EXPECT_EQ(c.parallel.students * c.parallel.micro_batch * c.parallel.grad_accum, 64);
   EXPECT_EQ(c.data.replay_shard_tokens, 3'110'000'000);
   EXPECT_EQ(c.data.valid_documents, 4833);
   EXPECT_EQ(c.eval.every, 2000);
   // Curriculum: 3 phases x 50k steps, fresh AdamW state and a full warmup + cosine per phase.
-  EXPECT_EQ(c.curriculum.mode, "grow");
+  EXPECT_EQ(c.curriculum.mode, CurriculumMode::kGrow);
   EXPECT_EQ(c.curriculum.stage_steps, (std::vector<int64_t>{50000, 50000, 50000}));
-  EXPECT_EQ(c.curriculum.phase_policy, "reset");
-  EXPECT_EQ(c.curriculum.grow_init, "random");
+  EXPECT_EQ(c.curriculum.phase_policy, PhasePolicy::kReset);
+  EXPECT_EQ(c.curriculum.grow_init, GrowInit::kRandom);
   // Teacher: Qwen3-8B in bf16.
   EXPECT_EQ(c.teacher.checkpoint, "/models/Qwen3-8B");
   EXPECT_EQ(c.teacher.dtype, FloatDtype::kBf16);
@@ -205,7 +207,7 @@ TEST(StudyConfigs, DeepenTrainDryRunAcceptsEveryRun) {
     const StudyPlan plan = expand_study(load_study(file));
     for (const auto& job : plan.jobs) {
       ProcessSpec p;  // the runner's arguments, in one process: a dry run starts no ranks
-      p.argv = {test::kDeepenBin, plan.spec.command, plan.spec.base};
+      p.argv = {test::kDeepenBin, option_name(plan.spec.command), plan.spec.base};
       for (const auto& o : job.overrides) {
         p.argv.push_back("--set");
         p.argv.push_back(o);

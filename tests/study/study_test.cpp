@@ -140,7 +140,7 @@ TEST(Study, CommandLineSetsComeAfterTheRunsOwnAndOnlySelectsRuns) {
   const StudyPlan plan = expand_study(mini_study(dir), {"optim.lr=0.01", "student.norm=pre"}, {"post-grow"});
   ASSERT_EQ(ids(plan), (std::vector<std::string>{"post-grow/seed1", "post-grow/seed2"}));
   EXPECT_DOUBLE_EQ(plan.jobs[0].config.optim.lr, 0.01);
-  EXPECT_EQ(plan.jobs[0].config.student.norm, "pre");  // --set wins over the run's own
+  EXPECT_EQ(plan.jobs[0].config.student.norm, NormPlacement::kPre);  // --set wins over the run's own
   EXPECT_NE(error_of([&] { expand_study(mini_study(dir), {}, {"nope"}); }).find("--only nope"), std::string::npos);
 }
 
@@ -194,12 +194,12 @@ TEST(Study, CycleOfBudgetReferencesIsAnError) {
 }
 
 TEST(Study, LauncherDecision) {
-  EXPECT_TRUE(use_mpirun("auto", 4, true));
-  EXPECT_FALSE(use_mpirun("auto", 2, true));
-  EXPECT_FALSE(use_mpirun("auto", 4, false));
-  EXPECT_FALSE(use_mpirun("direct", 8, true));
-  EXPECT_TRUE(use_mpirun("mpirun", 2, true));
-  EXPECT_THROW(use_mpirun("mpirun", 4, false), InputError);
+  EXPECT_TRUE(use_mpirun(Launcher::kAuto, 4, true));
+  EXPECT_FALSE(use_mpirun(Launcher::kAuto, 2, true));
+  EXPECT_FALSE(use_mpirun(Launcher::kAuto, 4, false));
+  EXPECT_FALSE(use_mpirun(Launcher::kDirect, 8, true));
+  EXPECT_TRUE(use_mpirun(Launcher::kMpirun, 2, true));
+  EXPECT_THROW(use_mpirun(Launcher::kMpirun, 4, false), InputError);
 }
 
 TEST(Study, ChildCommandLineRunsThisBinaryUnderMpirunWithRootEnvironment) {

@@ -333,7 +333,7 @@ TEST(DistillLoss, BadInputsAreNamed) {
             }).find("top-k index outside the vocabulary"),
             std::string::npos);
   DistillConfig cfg;
-  cfg.tail = "bucket";
+  cfg.tail = TopkTail::kBucket;
   cfg.row_chunk = 123;
   EXPECT_EQ(distill_loss_options(cfg).tail, TopkTail::kBucket);
   EXPECT_EQ(distill_loss_options(cfg).row_chunk, 123);

@@ -1,0 +1,77 @@
+// The job plan: a config, its tokenizer and the teacher's config.json resolved into every decision.
+#include "launch/job_plan.h"
+
+#include "config/input_error.h"
+#include "curriculum/growth_schedule.h"
+#include "data/tokenizer.h"
+#include "dist/run_device.h"
+#include "model/hf_config.h"
+#include "model/layer_split.h"
+
+namespace deepen {
+namespace {
+
+// The teacher's config.json must have exactly the student's vocabulary rows.
+TeacherPlan plan_teacher(const Config& cfg, int64_t vocab, const Tokenizer& tok) {
+  if (cfg.teacher.checkpoint.empty())
+    throw InputError(cfg.source + ": teacher.checkpoint: required by `deepen train` (a Hugging Face folder)");
+  const Qwen3Config tc = read_qwen3_config(cfg.teacher.checkpoint + "/config.json");
+  if (tc.vocab_size != vocab)
+    throw InputError(cfg.teacher.checkpoint + "/config.json: vocab_size: the teacher has " +
+                     std::to_string(tc.vocab_size) + " rows, the student " + std::to_string(vocab) + " (" +
+                     tok.name() + " tokenizer" + (cfg.student.vocab_size > 0 ? ", student.vocab_size" : ", padded") + ")");
+  TeacherPlan t;
+  t.checkpoint = cfg.teacher.checkpoint;
+  t.layers = tc.num_hidden_layers;
+  // The last stage runs the LM head (≈ 3 layers' worth at 8B) unless the students hold it.
+  t.head_layers = last_stage_head_layers(cfg.distill.logits, tc.vocab_size, tc.hidden_size, tc.num_attention_heads,
+                                         tc.num_key_value_heads, tc.head_dim, tc.intermediate_size);
+  return t;
+}
+
+}  // namespace
+
+int64_t student_vocab_size(const Config& cfg, const Tokenizer& tok) {
+  const int64_t v = cfg.student.vocab_size > 0 ? cfg.student.vocab_size : tok.padded_vocab_size();
+  if (v < tok.vocab_size())
+    throw InputError(cfg.source + ": student.vocab_size: " + std::to_string(v) + " is smaller than the " +
+                     tok.name() + " tokenizer's " + std::to_string(tok.vocab_size()) + " ids");
+  return v;
+}
+
+JobPlan plan_single_process_job(const Config& cfg, bool distill, const Tokenizer& tokenizer, int cuda_devices) {
+  JobPlan plan;
+  // First: run.device = "cuda" without a GPU is the user's mistake.
+  plan.device = resolve_run_device(cfg.run.device, cuda_devices, cfg.source);
+  plan.backend = Backend::kMpi;
+  Config run_cfg = cfg;
+  if (cfg.parallel.students != 1) {
+    // One process plays every data-parallel student in turn: same global batch, same numbers.
+    run_cfg.parallel.grad_accum = cfg.parallel.grad_accum * cfg.parallel.students;
+    run_cfg.parallel.students = 1;
+  }
+  const int64_t vocab = student_vocab_size(cfg, tokenizer);
+  if (distill) plan.teacher = plan_teacher(cfg, vocab, tokenizer);
+  plan.channel = channel_format(cfg.distill);
+  // The schedule reads a matched run's budget record: the one read of it in a job.
+  plan.run = make_run_plan(run_cfg, make_growth_schedule(run_cfg), vocab);
+  return plan;
+}
+
+JobPlan plan_distributed_job(const Config& cfg, int world_size, const Tokenizer& tokenizer, int cuda_devices,
+                             bool nccl_built) {
+  JobPlan plan;
+  // Device and backend first (pure decisions, the same on every rank of a homogeneous allocation):
+  // a CUDA run's world is NCCL when built with it, else MPI with host staging; see run_device.h.
+  plan.device = resolve_run_device(cfg.run.device, cuda_devices, cfg.source);
+  plan.backend = world_backend(cfg.parallel.backend, plan.device, nccl_built, cfg.source);
+  const int64_t vocab = student_vocab_size(cfg, tokenizer);
+  plan.teacher = plan_teacher(cfg, vocab, tokenizer);
+  plan.layout = make_rank_layout(cfg.parallel, world_size, static_cast<int>(plan.teacher->layers),
+                                 plan.teacher->head_layers);
+  plan.channel = channel_format(cfg.distill);
+  plan.run = make_run_plan(cfg, make_growth_schedule(cfg), vocab);  // bad budgets fail on every rank, early
+  return plan;
+}
+
+}  // namespace deepen
