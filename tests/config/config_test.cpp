@@ -145,7 +145,7 @@ TEST(Config, DocumentPackingKeysAreValidatedAndNamed) {
 TEST(Config, LossRowChunkIsAutoByDefaultAndNeverNegative) {
   EXPECT_EQ(Config{}.distill.row_chunk, 0);  // 0 = from the memory budget (train/loss_chunking.h)
   EXPECT_EQ(parse_config(kMinimal, "x.toml", {"distill.row_chunk=256"}).distill.row_chunk, 256);
-  EXPECT_NE(error_of(kMinimal, {"distill.row_chunk=-1"}).find("x.toml: distill.row_chunk: must be >= 0"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"distill.row_chunk=-1"}).find("--set distill.row_chunk: must be >= 0"), std::string::npos);
 }
 
 TEST(Config, CountsTakeSuffixes) {
