@@ -1,14 +1,18 @@
-// Peak memory and time of the chunked distillation loss vs the unchunked autograd loss, same run.
+// Peak memory and time of the distillation loss (rows in chunks, gradients made in the forward) and of
+// the unchunked autograd loss, same run.
 //
 // Each variant runs in a fresh child process (this binary re-executed with --variant), so that its
 // peak resident set is its own: the child builds the inputs (hidden [N, H], head weight [V, H],
-// teacher logits [N, V], labels [N]), records its resident set, resets the kernel's peak counter
+// the teacher's targets: logits [N, V] fp32 or bf16, top-k, or hidden states [N, Ht] and a head
+// [V, Ht]; labels [N]), records its resident set, resets the kernel's peak counter
 // (/proc/self/clear_refs = 5), runs forward + backward, and reads the peak (VmHWM). "loss memory"
 // is that peak minus the resident set before the loss: what the loss itself needs on top of its
-// inputs (the [V, H] weight gradient included, for both variants).
+// inputs (the [V, H] weight gradient included, for every variant; for rows, its workspace, made
+// during the call as a trainer's first micro-batch makes it).
 //
 //   build-x/bench/loss_memory_bench                      # 4×1024 tokens, vocab 151936, hidden 1024
 //   build-x/bench/loss_memory_bench --tokens 512 --repeats 2
+//   build-x/bench/loss_memory_bench --tokens 16384 --hidden 256 --teacher hidden --variants rows
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "bench/peak_memory.h"
+#include "model/cpu_kernel_choice.h"
 #include "train/compute_threads.h"
 #include "train/distill_loss.h"
 
@@ -42,14 +47,18 @@ struct Options {
   int64_t tokens = 4 * 1024;
   int64_t hidden = 1024;
   int64_t vocab = 151936;
-  int64_t chunk = 8192;
   double alpha = 0.5;
   double tau = 2.0;
-  std::string teacher = "full";  // "full" | "topk"
+  std::string teacher = "full";  // "full" | "topk" | "hidden"
+  std::string logit_dtype = "fp32";  // full: "fp32" | "bf16"
+  int64_t teacher_hidden = 256;     // hidden: Ht
   int64_t topk = 64;
   int64_t threads = 0;
   int64_t repeats = 1;
-  std::string variant;  // child only: "chunked" | "unchunked"
+  int64_t row_chunk = 0;
+  std::string kernels = "auto";
+  std::string variants = "rows,unchunked";
+  std::string variant;  // child only: "rows" | "unchunked"
 };
 
 int run_child(const Options& o) {
@@ -62,17 +71,25 @@ int run_child(const Options& o) {
   const at::Tensor weight = torch::randn({o.vocab, o.hidden}) * (1.0 / std::sqrt(static_cast<double>(o.hidden)));
   const at::Tensor labels = torch::randint(0, o.vocab, {o.tokens}, torch::kLong);
   deepen::TeacherTargets teacher;
-  {
-    at::Tensor logits = torch::randn({o.tokens, o.vocab}) * 2.0;
-    teacher = deepen::parse_option<deepen::TeacherOutput>(o.teacher, "--teacher") == deepen::TeacherOutput::kTopk
-                  ? deepen::teacher_topk(logits, o.topk, o.tau) : deepen::TeacherTargets::full(logits);
+  if (o.teacher == "none") {
+    // CE alone (pretraining): alpha must be 0.
+  } else if (o.teacher == "hidden") {
+    teacher = deepen::TeacherTargets::from_hidden(
+        torch::randn({o.tokens, o.teacher_hidden}),
+        torch::randn({o.vocab, o.teacher_hidden}) * (2.0 / std::sqrt(static_cast<double>(o.teacher_hidden))));
+  } else {
+    // Made in the wire's dtype: an fp32 [N, V] first would double what a bf16 input needs.
+    const auto dtype = o.teacher == "full" && o.logit_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+    at::Tensor logits = torch::randn({o.tokens, o.vocab}, torch::dtype(dtype)).mul_(2.0);
+    if (o.teacher == "topk") teacher = deepen::teacher_topk(logits, o.topk, o.tau);
+    else teacher = deepen::TeacherTargets::full(logits);
   }
   deepen::DistillLossOptions lo;
-  lo.alpha = o.alpha;
+  lo.alpha = o.teacher == "none" ? 0.0 : o.alpha;
   lo.temperature = o.tau;
-  lo.vocab_chunk = o.chunk;
+  lo.row_chunk = o.row_chunk;
+  lo.kernels = deepen::parse_option<deepen::CpuKernels>(o.kernels, "--kernels");
   lo.tail = deepen::TopkTail::kBucket;
-  const auto fn = o.variant == "chunked" ? deepen::distill_loss : deepen::distill_loss_reference;
 
   nlohmann::json runs = nlohmann::json::array();
   for (int64_t r = 0; r < o.repeats; ++r) {
@@ -82,7 +99,9 @@ int run_child(const Options& o) {
     reset_peak_rss();
     const double cpu0 = cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
-    deepen::DistillLoss out = fn(h, w, teacher, labels, lo);
+    deepen::DistillLossWorkspace workspace;  // a trainer's, at its first micro-batch
+    deepen::DistillLoss out = o.variant == "unchunked" ? deepen::distill_loss_reference(h, w, teacher, labels, lo)
+                                                       : deepen::distill_loss(h, w, teacher, labels, lo, &workspace);
     const double forward_s = seconds_since(t0);
     const auto t1 = std::chrono::steady_clock::now();
     out.loss.backward();
@@ -108,19 +127,24 @@ int run_child(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"Peak memory and time of the chunked distillation loss vs unchunked autograd"};
+  CLI::App app{"Peak memory and time of the row-chunked distillation loss vs unchunked autograd"};
   app.add_option("--tokens", o.tokens, "tokens N (rows)");
   app.add_option("--hidden", o.hidden, "hidden size H");
   app.add_option("--vocab", o.vocab, "vocabulary V");
-  app.add_option("--chunk", o.chunk, "vocabulary chunk of the chunked loss");
+  app.add_option("--row-chunk", o.row_chunk, "rows per chunk of the row-chunked loss (0 = auto)");
+  app.add_option("--kernels", o.kernels, "auto | fused | aten: the row-chunked loss's CPU path");
   app.add_option("--alpha", o.alpha, "KL weight (1 - alpha on CE)");
   app.add_option("--tau", o.tau, "temperature");
-  app.add_option("--teacher", o.teacher, "full | topk (bucket tail)")->check(CLI::IsMember({"full", "topk"}));
+  app.add_option("--teacher", o.teacher, "full | topk (bucket tail) | hidden | none (CE alone)")
+      ->check(CLI::IsMember({"full", "topk", "hidden", "none"}));
+  app.add_option("--logit-dtype", o.logit_dtype, "full: fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--teacher-hidden", o.teacher_hidden, "hidden: the teacher's width Ht");
+  app.add_option("--variants", o.variants, "which to run, comma-separated: rows, unchunked");
   app.add_option("--topk", o.topk, "k for --teacher topk");
   app.add_option("--threads", o.threads, "compute threads (0 = all cores)");
   app.add_option("--repeats", o.repeats, "forward+backward runs per variant (the last is reported)");
   app.add_option("--variant", o.variant, "internal: run one variant in this process")
-      ->check(CLI::IsMember({"chunked", "unchunked"}));
+      ->check(CLI::IsMember({"rows", "unchunked"}));
   CLI11_PARSE(app, argc, argv);
   try {
     if (!o.variant.empty()) return run_child(o);
@@ -129,40 +153,52 @@ int main(int argc, char** argv) {
                                      "--tokens", std::to_string(o.tokens),
                                      "--hidden", std::to_string(o.hidden),
                                      "--vocab", std::to_string(o.vocab),
-                                     "--chunk", std::to_string(o.chunk),
+                                     "--row-chunk", std::to_string(o.row_chunk),
+                                     "--kernels", o.kernels,
                                      "--alpha", std::to_string(o.alpha),
                                      "--tau", std::to_string(o.tau),
                                      "--teacher", o.teacher,
+                                     "--logit-dtype", o.logit_dtype,
+                                     "--teacher-hidden", std::to_string(o.teacher_hidden),
                                      "--topk", std::to_string(o.topk),
                                      "--threads", std::to_string(o.threads),
                                      "--repeats", std::to_string(o.repeats)};
     const double nv_gb = static_cast<double>(o.tokens) * static_cast<double>(o.vocab) * 4 / 1e9;
-    std::printf("loss memory bench: N=%ld tokens, V=%ld, H=%ld, chunk=%ld, alpha=%g, tau=%g, teacher=%s, fp32; "
-                "one [N,V] fp32 tensor = %.2f GB\n",
-                o.tokens, o.vocab, o.hidden, o.chunk, o.alpha, o.tau, o.teacher.c_str(), nv_gb);
-    nlohmann::json res[2];
-    const char* names[2] = {"chunked", "unchunked"};
-    for (int i = 0; i < 2; ++i) {
+    std::printf("loss memory bench: N=%ld tokens, V=%ld, H=%ld, row chunk %ld (0 = auto), alpha=%g, "
+                "tau=%g, teacher=%s%s, fp32; one [N,V] fp32 tensor = %.2f GB\n",
+                o.tokens, o.vocab, o.hidden, o.row_chunk, o.alpha, o.tau, o.teacher.c_str(),
+                o.teacher == "full" ? (" " + o.logit_dtype).c_str() : "", nv_gb);
+    std::vector<std::string> names;
+    for (size_t at = 0; at <= o.variants.size();) {
+      const size_t comma = std::min(o.variants.find(',', at), o.variants.size());
+      names.push_back(o.variants.substr(at, comma - at));
+      at = comma + 1;
+    }
+    std::vector<nlohmann::json> res;
+    for (const std::string& name : names) {
       std::vector<std::string> args = base;
       args.push_back("--variant");
-      args.push_back(names[i]);
-      res[i] = run_variant(args).back();
+      args.push_back(name);
+      res.push_back(run_variant(args).back());
+      const nlohmann::json& r = res.back();
       std::printf("%-10s loss memory %7.3f GB  peak RSS %7.3f GB  forward %7.2f s  backward %7.2f s  CPU %7.2f s  "
                   "loss %.7f\n",
-                  names[i], res[i]["loss_bytes"].get<double>() / 1e9, res[i]["peak_rss"].get<double>() / 1e9,
-                  res[i]["forward_s"].get<double>(), res[i]["backward_s"].get<double>(), res[i]["cpu_s"].get<double>(),
-                  res[i]["loss"].get<double>());
+                  name.c_str(), r["loss_bytes"].get<double>() / 1e9, r["peak_rss"].get<double>() / 1e9,
+                  r["forward_s"].get<double>(), r["backward_s"].get<double>(), r["cpu_s"].get<double>(),
+                  r["loss"].get<double>());
     }
-    const double mem_ratio = res[0]["loss_bytes"].get<double>() / res[1]["loss_bytes"].get<double>();
-    const double peak_ratio = res[0]["peak_rss"].get<double>() / res[1]["peak_rss"].get<double>();
-    const double t0 = res[0]["forward_s"].get<double>() + res[0]["backward_s"].get<double>();
-    const double t1 = res[1]["forward_s"].get<double>() + res[1]["backward_s"].get<double>();
-    const double loss_rel = std::abs(res[0]["loss"].get<double>() - res[1]["loss"].get<double>()) /
-                            std::abs(res[1]["loss"].get<double>());
-    const double cpu_ratio = res[0]["cpu_s"].get<double>() / res[1]["cpu_s"].get<double>();
-    std::printf("ratio chunked/unchunked: loss memory %.3fx (goal <= 0.4x), peak RSS %.3fx, wall time %.2fx, "
-                "CPU time %.2fx; losses agree to %.1e relative\n",
-                mem_ratio, peak_ratio, t0 / t1, cpu_ratio, loss_rel);
+    for (size_t i = 1; i < res.size(); ++i) {
+      const nlohmann::json& a = res[0];
+      const nlohmann::json& b = res[i];
+      const double ta = a["forward_s"].get<double>() + a["backward_s"].get<double>();
+      const double tb = b["forward_s"].get<double>() + b["backward_s"].get<double>();
+      std::printf("ratio %s/%s: loss memory %.3fx, peak RSS %.3fx, wall time %.2fx, CPU time %.2fx; losses agree to "
+                  "%.1e relative\n",
+                  names[0].c_str(), names[i].c_str(), a["loss_bytes"].get<double>() / b["loss_bytes"].get<double>(),
+                  a["peak_rss"].get<double>() / b["peak_rss"].get<double>(), ta / tb,
+                  a["cpu_s"].get<double>() / b["cpu_s"].get<double>(),
+                  std::abs(a["loss"].get<double>() - b["loss"].get<double>()) / std::abs(b["loss"].get<double>()));
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "loss_memory_bench: %s\n", e.what());

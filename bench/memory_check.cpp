@@ -26,6 +26,7 @@
 
 #include "config/config.h"
 #include "data/tokenizer.h"
+#include "model/cpu_kernel_choice.h"
 #include "plan/cost_model.h"
 #include "plan/memory_model.h"
 
@@ -138,7 +139,9 @@ int main(int argc, char** argv) {
     in.tokens = cfg.parallel.micro_batch * cfg.data.seq_len;
     in.precision = cfg.student.precision;
     in.recompute = cfg.student.recompute;
-    in.vocab_chunk = cfg.distill.vocab_chunk;
+    in.row_chunk = cfg.distill.row_chunk;
+    in.gpu = false;
+    in.loss_fused = cfg.student.cpu_kernels != deepen::CpuKernels::kAten;
     in.closed_form_norms = true;  // CPU, cpu_kernels = "aten" (base_toml)
     const double predicted = deepen::student_memory(in).total();
     const double measured = static_cast<double>(peak - baseline);

@@ -37,6 +37,7 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/python_child.h"
 #include "model/student.h"
 #include "model/student_io.h"
 #include "tests/test_paths.h"
@@ -65,54 +66,6 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
-
-// The Python baseline as a child answering one JSON line per request line.
-class PythonChild {
- public:
-  PythonChild(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
-    int to_child[2], from_child[2];
-    if (pipe(to_child) != 0 || pipe(from_child) != 0) throw std::runtime_error("pipe failed");
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(to_child[0], 0);
-      dup2(from_child[1], 1);
-      const int devnull = open("/dev/null", O_WRONLY);
-      dup2(devnull, 2);
-      for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1], devnull}) close(fd);
-      for (const std::string& kv : env) putenv(const_cast<char*>(kv.c_str()));
-      std::vector<char*> args;
-      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execvp(args[0], args.data());
-      _exit(127);
-    }
-    close(to_child[0]);
-    close(from_child[1]);
-    in_ = fdopen(to_child[1], "w");
-    out_ = fdopen(from_child[0], "r");
-  }
-  ~PythonChild() {
-    if (in_) { std::fputs("quit\n", in_); std::fclose(in_); }
-    if (out_) std::fclose(out_);
-    if (pid_ > 0) waitpid(pid_, nullptr, 0);
-  }
-  nlohmann::json read() {
-    std::string line;
-    for (int c; (c = std::fgetc(out_)) != EOF && c != '\n';) line.push_back(static_cast<char>(c));
-    if (line.empty()) throw std::runtime_error("python baseline ended without an answer");
-    return nlohmann::json::parse(line);
-  }
-  nlohmann::json request(const char* what) {
-    std::fprintf(in_, "%s\n", what);
-    std::fflush(in_);
-    return read();
-  }
-
- private:
-  pid_t pid_ = -1;
-  FILE* in_ = nullptr;
-  FILE* out_ = nullptr;
-};
 
 }  // namespace
 
@@ -198,7 +151,7 @@ int main(int argc, char** argv) {
   }
   const bool baseline = o.baseline && spec.norm == deepen::NormPlacement::kPre;
 
-  std::unique_ptr<PythonChild> python;
+  std::unique_ptr<deepen::bench::PythonChild> python;
   const auto dir = std::filesystem::temp_directory_path() / ("deepen_bench_" + std::to_string(::getpid()));
   double py_first_loss = 0;
   if (baseline) {
@@ -211,7 +164,7 @@ int main(int argc, char** argv) {
     // --profile: the same step profiled on the Python side too, so the two traces compare op by op.
     if (!o.profile.empty()) argv.insert(argv.end(), {"--profile", o.profile + ".transformers.json"});
     else argv.push_back("--serve");
-    python = std::make_unique<PythonChild>(argv, o.python_env);
+    python = std::make_unique<deepen::bench::PythonChild>(argv, o.python_env);
     py_first_loss = python->read().at("first_loss").get<double>();
   }
   if (!o.profile.empty()) {

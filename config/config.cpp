@@ -378,6 +378,7 @@ void validate_distill_and_optim(const Checker& c, const DistillConfig& di, const
   c.positive("distill.temperature", di.temperature);
   c.at_least("distill.topk", di.topk, 1);
   c.at_least("distill.vocab_chunk", di.vocab_chunk, 1);
+  c.at_least("distill.row_chunk", di.row_chunk, 0);
 
   c.positive("optim.lr", o.lr);
   c.in_unit_interval("optim.min_lr_ratio", o.min_lr_ratio);
@@ -504,6 +505,7 @@ Config without_execution_settings(const Config& cfg) {
   c.teacher.cpu_kernels = defaults.teacher.cpu_kernels;
   c.student.recompute = defaults.student.recompute;
   c.student.tf32 = defaults.student.tf32;  // rounding of fp32 matmuls on CUDA only
+  c.distill.row_chunk = defaults.distill.row_chunk;  // the loss's memory and summation order only
   c.control = defaults.control;
   return c;
 }

@@ -165,11 +165,14 @@ struct DistillConfig {
   TeacherOutput logits = TeacherOutput::kFull;
   int64_t topk = 64;
   TopkTail tail = TopkTail::kRenormalize;  // top-k only: "renormalize" | "bucket"
-  int64_t vocab_chunk = 8192;     // loss is computed this many vocabulary columns at a time
+  int64_t vocab_chunk = 8192;     // teacher_topk's log-sum-exp runs this many vocabulary columns at a time
   FloatDtype channel_dtype = FloatDtype::kFp32;  // "fp32" | "bf16": full-logit values on the wire
+  // The loss takes this many tokens (rows) at a time, each with the whole vocabulary; 0 = auto: as
+  // many as fit a 512 MiB budget of chunk buffers (train/loss_chunking.h; 883 at V = 151,936).
+  int64_t row_chunk = 0;
   template <class V> void visit(V& v) {
     v("alpha", alpha); v("temperature", temperature); v("logits", logits); v("topk", topk);
-    v("tail", tail); v("vocab_chunk", vocab_chunk); v("channel_dtype", channel_dtype);
+    v("tail", tail); v("vocab_chunk", vocab_chunk); v("channel_dtype", channel_dtype); v("row_chunk", row_chunk);
   }
 };
 
@@ -309,7 +312,7 @@ uint64_t config_hash(const Config& cfg);
 
 // The config with the settings that change only how a run executes (speed, memory, rounding), never
 // what it trains, put back to their defaults: run.threads, run.device, run.tensorboard, student.cpu_kernels,
-// teacher.cpu_kernels, student.recompute, student.tf32 and [control]. A checkpoint resumes across them and the
+// teacher.cpu_kernels, student.recompute, student.tf32, distill.row_chunk and [control]. A checkpoint resumes across them and the
 // report counts runs that differ only in them as one experiment.
 Config without_execution_settings(const Config& cfg);
 

@@ -34,7 +34,7 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
     const at::Tensor head = teacher_head_for_channel(plan, device);
     auto stage = load_teacher_stage(plan, 0, static_cast<int>(plan.teacher->layers), true, true, device);
     teacher = std::make_unique<LocalTeacher>(stage, plan.channel.topk ? plan.channel.k : 0, plan.run().loss.temperature,
-                                             plan.run().loss.tail, plan.run().loss.vocab_chunk, head);
+                                             plan.run().loss.tail, plan.channel.vocab_chunk, head);
   }
   SoloStudentGroup group;
   StudentRun run;

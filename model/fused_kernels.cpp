@@ -3,41 +3,11 @@
 #include "model/fused_kernels.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define DEEPEN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define DEEPEN_CLONES
-#endif
+#include "model/vector_exp.h"
 
 namespace deepen::kernels {
-namespace {
-
-// exp for the sigmoid in SwiGLU, written so that the loop around it vectorizes (libm's expf does
-// not without -ffast-math): Cephes' expf, range-reduced by ln 2 with a degree-6 polynomial,
-// about 1 ulp on [-87, 88]; inputs are clamped to that range (sigmoid saturates long before).
-// Every step is a vector instruction on AVX2 and AVX-512: the clamp is min/max (GCC if-converts it
-// only with -fno-trapping-math, set for this file in model/CMakeLists.txt), n = round(x / ln 2)
-// adds and subtracts 1.5 * 2^23 (round-to-nearest, exact for |x / ln 2| < 2^22; |r| <= ln2 / 2
-// as with Cephes' floor(x / ln 2 + 0.5)), and 2^n is built in the exponent bits by bit_cast (a
-// memcpy there kept GCC 12 from vectorizing: SwiGLU ran scalar, 6-10x slower than ATen).
-inline float vexp(float x) {
-  x = std::min(std::max(x, -87.0f), 88.0f);
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-}
-
-}  // namespace
 
 DEEPEN_CLONES
 void rms_norm_forward(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride,

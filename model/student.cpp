@@ -277,9 +277,9 @@ at::Tensor GrowableStudent::forward_hidden(const at::Tensor& ids) {
   return head_input(x);
 }
 
-at::Tensor GrowableStudent::head_weight() const {
-  return in_compute_dtype(lm_head_ ? lm_head_->weight : embed_tokens_->weight, spec_.decoder.compute_dtype);
-}
+at::Tensor GrowableStudent::head_parameter() const { return lm_head_ ? lm_head_->weight : embed_tokens_->weight; }
+
+at::Tensor GrowableStudent::head_weight() const { return in_compute_dtype(head_parameter(), spec_.decoder.compute_dtype); }
 
 at::Tensor GrowableStudent::forward(const at::Tensor& ids) {
   return at::linear(forward_hidden(ids), head_weight());

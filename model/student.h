@@ -127,6 +127,9 @@ class GrowableStudent : public torch::nn::Module {
   // [vocab, hidden]: the embedding when tied, lm_head otherwise, in the compute dtype (a
   // differentiable bf16 copy of the fp32 parameter under bf16-mixed).
   at::Tensor head_weight() const;
+  // The parameter behind head_weight(), in its own dtype (the fp32 master under bf16-mixed): what
+  // the distillation loss takes, which casts it for its matmuls and hands the gradient back in fp32.
+  at::Tensor head_parameter() const;
   // ids -> logits [B, T, vocab] (compute dtype).
   at::Tensor forward(const at::Tensor& ids);
   // Boundary diagnostics: depth()+1 tensors [B, T, hidden]; entry i is the residual stream

@@ -257,7 +257,7 @@ double logit_bytes_per_token(const DistillConfig& d, int64_t vocab, int64_t toke
 }
 
 double student_teacher_head_flops_per_token(const DistillConfig& d, const ModelShape& teacher) {
-  return d.logits == TeacherOutput::kHidden ? 2.0 * 2.0 * static_cast<double>(teacher.hidden * teacher.vocab) : 0.0;
+  return d.logits == TeacherOutput::kHidden ? 2.0 * static_cast<double>(teacher.hidden * teacher.vocab) : 0.0;
 }
 
 ClusterSpec cluster_preset(const std::string& name) {

@@ -66,7 +66,7 @@ double logit_bytes_per_token(const DistillConfig& d, int64_t vocab, int64_t toke
                              int64_t header_bytes = 64, int64_t teacher_hidden = 0);
 
 // With distill.logits = "hidden" each student computes the teacher's logits from the received hidden
-// states, per vocabulary chunk, in the loss's forward and again in its backward: 2 × 2·hidden·vocab
+// states, a chunk of rows at a time, once (the loss makes its gradients in the forward): 2·hidden·vocab
 // FLOPs per token; the teacher's last stage skips its head. 0 for the other channels.
 double student_teacher_head_flops_per_token(const DistillConfig& d, const ModelShape& teacher);
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "config/input_error.h"
+#include "train/loss_chunking.h"
 
 namespace deepen {
 
@@ -65,11 +66,24 @@ StudentMemory student_memory(const StudentMemoryInput& in) {
   double rebuilt = 0;  // one block's recomputation during its backward
   if (in.recompute == Recompute::kLayer) rebuilt = block_activation_bytes_per_token(m, in.precision, Recompute::kNone, in.closed_form_norms);
   if (in.recompute == Recompute::kMlp) rebuilt = mlp_sublayer_bytes(values_of(m), pb.activation);
+  // ... and beside what it rebuilt, the MLP's backward holds the gradients of its four I-wide tensors.
+  if (in.recompute != Recompute::kNone) rebuilt += 4.0 * static_cast<double>(m.intermediate) * pb.activation;
   out.activations = (static_cast<double>(m.layers) * per_block + rebuilt) * n;
-  // The loss reads the hidden states in fp32 and returns their gradient (2 x hidden fp32 per token)
-  // and holds about 10 [tokens, chunk] fp32 temporaries (measured: see memory_model.h).
-  const double chunk = static_cast<double>(std::min(in.vocab_chunk, m.vocab));
-  out.loss = (2.0 * static_cast<double>(m.hidden) + 10.0 * chunk) * 4.0 * n;
+  // The loss reads the hidden states and returns their gradient (2 x hidden fp32 per token), holds
+  // one chunk of rows (the rows and bytes per element its own code picks, train/loss_chunking.h) and
+  // makes the head's gradient in its forward: [V, H] fp32 (the fp32 accumulator, beside the bf16
+  // gradient it becomes under bf16-pure), when the head trains.
+  LossChunkShape shape;
+  shape.fused = in.loss_fused;
+  shape.full_teacher = in.full_teacher;
+  shape.teacher_buffer = in.teacher_chunk;
+  shape.low_precision = in.precision != StudentPrecision::kFp32;
+  const int64_t bpe = loss_bytes_per_element(shape);
+  const int64_t rows = loss_row_chunk(in.tokens, m.vocab, bpe, in.row_chunk, loss_chunk_budget(in.gpu));
+  const bool head_trains = !m.tied || !in.frozen_embedding;
+  const double head = static_cast<double>(m.vocab * m.hidden);
+  out.loss = 2.0 * static_cast<double>(m.hidden) * 4.0 * n + static_cast<double>(rows * m.vocab * bpe) +
+             (head_trains ? head * (4.0 + (pb.gradient == 4 ? 0.0 : pb.gradient)) : 0.0);
   out.targets = in.target_bytes_per_token * n + in.teacher_head_bytes;
   if (in.sharding == Sharding::kNone && in.students > 1) {
     // The replicated all-reduce copies each bucket's gradients into a flat buffer it reduces in and
@@ -118,15 +132,19 @@ StudentMemoryInput student_memory_input(const PlanInput& in) {
   s.precision = in.precision;
   s.recompute = in.recompute;
   s.frozen_embedding = in.frozen_embedding;
-  s.vocab_chunk = in.distill.vocab_chunk;
+  s.row_chunk = in.distill.row_chunk;
   s.target_bytes_per_token =
       logit_bytes_per_token(in.distill, in.teacher.vocab, s.tokens, in.header_bytes, in.teacher.hidden);
   s.sharding = in.sharding;
   s.students = in.students;
   s.bucket_bytes = in.bucket_cap_mb * (1 << 20);  // as train/student_trainer.cpp converts it
-  // The hidden-state channel: each student holds the teacher's head (bf16 or fp32, as the wire).
-  if (in.distill.logits == TeacherOutput::kHidden)
+  // The hidden-state channel: each student holds the teacher's head (bf16 or fp32, as the wire), and
+  // the loss makes the teacher's logits a chunk at a time; bf16 logits it widens a chunk at a time.
+  const bool hidden = in.distill.logits == TeacherOutput::kHidden, full = in.distill.logits == TeacherOutput::kFull;
+  if (hidden)
     s.teacher_head_bytes = static_cast<double>(in.teacher.vocab * in.teacher.hidden) * float_dtype_bytes(in.distill.channel_dtype);
+  s.full_teacher = hidden || full;
+  s.teacher_chunk = hidden || (full && in.distill.channel_dtype == FloatDtype::kBf16);
   return s;
 }
 

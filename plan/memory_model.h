@@ -39,6 +39,10 @@ PrecisionBytes precision_bytes(StudentPrecision precision);
 //   compute dtype) instead of norm 2's fp32 input, its two outputs and the MLP's four tensors.
 // recompute = "layer": a block keeps its input only (h values); the whole block's values live again
 //   while its backward runs (counted once per rank).
+// With either recomputation, the rebuilt values are counted beside the gradients of the MLP's four
+// I-wide tensors (4I in the compute dtype) that its backward holds at the same time: with
+// activations this small, that moment can be the peak (memory_check, h128 seq1024: "layer" and
+// "mlp" measured 1.15x and 1.35x the model without it, once the loss's term stopped over-counting).
 // Example (the paper's layer, hidden 4096, 32/8 heads x 128, intermediate 12288, bf16-mixed, none):
 //   2·(4·4096 + 4·4096 + 3·1024 + 4·12288) + 4·(8192 + 4096 + 1024) + 4·32
 //   = 169,984 + 53,248 + 128 = 223,360 bytes per token.
@@ -55,7 +59,16 @@ struct StudentMemoryInput {
   StudentPrecision precision = StudentPrecision::kFp32;
   Recompute recompute = Recompute::kNone;
   bool frozen_embedding = false; // student.init = "teacher": the embedding has no gradient or state
-  int64_t vocab_chunk = 8192;    // distill.vocab_chunk
+  // The loss (train/distill_loss.h): its rows per chunk (distill.row_chunk, 0 = from the budget of
+  // train/loss_chunking.h, GPU or CPU), its path (the fused CPU kernel: CPU with cpu_kernels other
+  // than "aten"; else ATen ops, with their temporaries), whether it reads a full teacher chunk (full
+  // or hidden-state targets; not top-k, not pretraining) and whether it makes or widens that chunk
+  // (distill.logits = "hidden", or bf16 full logits).
+  int64_t row_chunk = 0;
+  bool gpu = true;
+  bool loss_fused = false;
+  bool full_teacher = false;
+  bool teacher_chunk = false;
   double target_bytes_per_token = 0;  // the teacher's logits (or hidden states) as received (0: pretraining)
   double teacher_head_bytes = 0;      // distill.logits = "hidden": the student's copy of the teacher's head
   // parallel.sharding: "none" (every student holds the whole AdamW state) | "grad_op" (the moments
@@ -105,7 +118,7 @@ struct StudentMemory {
   // Saved for backward by every block, + what a recomputation rebuilds during the backward of one
   // block (recompute = "layer": the whole block; "mlp": its MLP sub-layer, 2h + 4I values).
   double activations = 0;
-  double loss = 0;          // the chunked loss: hidden states + chunk temporaries
+  double loss = 0;          // the loss: hidden states and their gradient, its chunk, the head's gradient
   double targets = 0;       // the teacher's logits (or hidden states + its head) for one micro-batch
   // grad_op only (0 under "none"): the step's shards of the trainable parameters, in the
   // parameters' dtype, and the largest flat bucket (bucket_cap_mb, or the largest trainable
@@ -131,14 +144,17 @@ struct StudentMemory {
 // hidden 8, 2/1 heads x 4, intermediate 16, vocab 32, tied: 1,464 parameters), fp32, 16 tokens:
 //   weights 5,856, gradients 5,856, AdamW 11,712 bytes; activations per block and token
 //   (6·8 + 5·8 + 4·4 + 4·16 + 2) · 4 = 680 bytes, so 2·680·16 = 21,760 bytes;
-//   loss (2·8 + 10·min(8192, 32)) · 4 · 16 = 21,504 bytes.
+//   loss: the hidden states and their gradient 2·8·4·16 = 1,024, one chunk of all 16 rows × 32 ×
+//   24 bytes (ATen ops on a GPU, CE alone) = 12,288, and the tied head's gradient made in the
+//   forward, 32·8·4 = 1,024: 14,336 bytes.
 // The same under sharding = "grad_op" over S = 2 with 64-byte buckets: AdamW 11,712 / 2 = 5,856;
 //   gradient and parameter shards 1,464 / 2 · 4 = 2,928 each; bucket: the tied 32 x 8 embedding,
 //   256 · 4 = 1,024 bytes (> 64); step = 5,856 + 5,856 + max(5,856 + 2,928 + 1,024, 2,928 + 2,928,
-//   2,928 + 1,024) = 21,520; forward = 5,856·3 + 21,760 + 21,504 = 60,832, the peak (66,688 replicated).
-//   At 1 token per micro-batch the step is the peak: forward = 17,568 + 1,360 + 1,344 = 20,272 < 21,520.
-// The loss's 10 [tokens, chunk] fp32 temporaries are measured, not derived: loss_memory_bench's
-// 1.31 GB at 4096 tokens x chunk 8192 (docs/performance.md) is 9.8 of them.
+//   2,928 + 1,024) = 21,520; forward = 5,856·3 + 21,760 + 14,336 = 53,664, the peak (59,520 replicated).
+//   At 1 token per micro-batch the step is the peak: forward = 17,568 + 1,360 + (64 + 768 + 1,024)
+//   = 20,784 < 21,520.
+// The ATen path's temporaries (about ten fp32 chunk-sized tensors beside the chunk) are measured,
+// not derived: loss_memory_bench (see train/loss_chunking.h).
 StudentMemory student_memory(const StudentMemoryInput& in);
 
 // From a plan: the student at full depth, micro_batch_tokens(in) tokens, the configured logits,

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what deepen needs on a fresh Debian 12 machine (apt + pip) and builds build/deepen.
 # Idempotent: a second run installs nothing and rebuilds only what changed.
+# Usage: scripts/setup.sh [TARGET...]   (default: deepen, the one target `deepen demo` needs;
+#   scripts/test.sh passes `all`: the test binaries and benchmarks, most of a fresh build's time)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,5 +51,6 @@ fi
 # ccache keyed on paths relative to the checkout, so a second clone (CI) reuses the first one's objects.
 export CCACHE_BASEDIR="$(pwd)" CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "$(nproc)"
-echo "setup: built $(pwd)/build/deepen"
+TARGETS=("${@:-deepen}")
+cmake --build build --target "${TARGETS[@]}" -j "$(nproc)"
+echo "setup: built ${TARGETS[*]} in $(pwd)/build"

@@ -17,7 +17,7 @@ struct RunPlan {
   Config cfg;               // resolved and validated; a single process has its students folded into grad_accum
   GrowthSchedule schedule;  // steps per stage, budgets resolved
   BatchCounts counts;       // students, train micro-batches per student per step, eval batches per eval
-  DistillLossOptions loss;  // α, τ, the top-k tail and the vocabulary chunk of distill.*
+  DistillLossOptions loss;  // α, τ, the top-k tail and the row chunk of distill.*; student.cpu_kernels
   int64_t vocab = 0;        // rows of the student's embedding and head
 
   // An eval follows step `step`: every eval.every steps and at the end of every stage.

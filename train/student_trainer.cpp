@@ -315,7 +315,7 @@ Trainer::StepLosses Trainer::train_step(int64_t step, const std::vector<BatchKey
     timer_.time(StudentPart::kCompute, [&] {
       const at::Tensor hidden = student_->forward_hidden(mb.inputs.to(device_));
       const DistillLoss l =
-          distill_loss(hidden, student_->head_weight(), targets, mb.labels.to(device_), loss_options_);
+          distill_loss(hidden, student_->head_parameter(), targets, mb.labels.to(device_), loss_options_, &loss_workspace_);
       const int64_t tokens = l.tokens.item<int64_t>();
       (l.loss / micro_batch_loss_divisor(tokens, group_.size(), out.tokens)).backward();
       const double n = static_cast<double>(tokens);

@@ -97,6 +97,7 @@ class Trainer {
   LrSchedule lr_;
   BatchCounts batch_counts_;
   DistillLossOptions loss_options_, eval_options_;
+  DistillLossWorkspace loss_workspace_;  // the loss's chunk buffers, kept from micro-batch to micro-batch
   std::shared_ptr<GrowableStudent> student_;
   // One of the two: the whole AdamW state on every student (parallel.sharding = "none"), or its
   // 1/S shard ("grad_op"; "full" shards the blocks' parameters too).

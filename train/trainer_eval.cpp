@@ -29,7 +29,7 @@ void Trainer::evaluate(int64_t step, int stage, bool stage_end, const std::vecto
     }
     const at::Tensor hidden = student_->forward_hidden(mb.inputs.to(device_));
     const DistillLoss l =
-        distill_loss(hidden, student_->head_weight(), targets, mb.labels.to(device_), eval_options_);
+        distill_loss(hidden, student_->head_parameter(), targets, mb.labels.to(device_), eval_options_, &loss_workspace_);
     const double n = static_cast<double>(l.tokens.item<int64_t>());
     sums[0] += l.kl.item<double>() * n;
     sums[1] += l.ce.item<double>() * n;

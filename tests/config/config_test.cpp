@@ -142,6 +142,12 @@ TEST(Config, DocumentPackingKeysAreValidatedAndNamed) {
             std::string::npos);
 }
 
+TEST(Config, LossRowChunkIsAutoByDefaultAndNeverNegative) {
+  EXPECT_EQ(Config{}.distill.row_chunk, 0);  // 0 = from the memory budget (train/loss_chunking.h)
+  EXPECT_EQ(parse_config(kMinimal, "x.toml", {"distill.row_chunk=256"}).distill.row_chunk, 256);
+  EXPECT_NE(error_of(kMinimal, {"distill.row_chunk=-1"}).find("--set distill.row_chunk: must be >= 0"), std::string::npos);
+}
+
 TEST(Config, CountsTakeSuffixes) {
   EXPECT_EQ(parse_count("50M"), 50'000'000);
   EXPECT_EQ(parse_count("2.5B"), 2'500'000'000);
@@ -205,8 +211,8 @@ TEST(Config, WithoutExecutionSettingsKeepsOnlyWhatIsTrained) {
   const Config b = parse_config(kMinimal, "b.toml",
                                 {"run.threads=2", "run.device=\"cpu\"", "student.cpu_kernels=\"aten\"",
                                  "teacher.cpu_kernels=\"fused\"", "student.recompute=\"layer\"", "control.watchdog_s=7",
-                                 "student.tf32=true", "run.tensorboard=true"});
-  EXPECT_EQ(config_differences(a, b).size(), 8u);
+                                 "student.tf32=true", "run.tensorboard=true", "distill.row_chunk=64"});
+  EXPECT_EQ(config_differences(a, b).size(), 9u);
   EXPECT_TRUE(config_differences(without_execution_settings(a), without_execution_settings(b)).empty());
   const Config c = parse_config(kMinimal, "c.toml", {"run.threads=2", "curriculum.stage_steps=[10, 10, 11]"});
   const auto d = config_differences(without_execution_settings(a), without_execution_settings(c));

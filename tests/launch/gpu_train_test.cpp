@@ -103,7 +103,7 @@ TEST(GpuStudent, OneTrainingStepMatchesTheCpu) {
   const at::Tensor teacher = at::randn({32, 256}) * 2;
   DistillLossOptions lo;
   lo.alpha = 0.5;
-  lo.vocab_chunk = 100;  // several chunks, one of them partial
+  lo.row_chunk = 20;  // several chunks of rows, one of them partial
   struct After {
     double loss;
     std::map<std::string, at::Tensor> grads, params;  // on the CPU

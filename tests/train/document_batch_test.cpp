@@ -104,7 +104,7 @@ LossAndGrads step(NormPlacement norm, const std::vector<std::vector<int64_t>>& d
   }
   DistillLossOptions o;
   o.alpha = 0.7;  // the paper's mix: KL and CE both see the padding
-  o.vocab_chunk = 16;
+  o.row_chunk = 16;
   o.ignore_index = kIgnoreLabel;
   LossAndGrads out;
   out.tokens = step_tokens;
