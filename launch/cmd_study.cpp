@@ -61,6 +61,10 @@ void register_study_command(CLI::App& app) {
     ctx.log_runs = o->log;
     std::cout << describe_plan(plan, ctx) << std::flush;
     if (!o->slurm_dir.empty()) {
+      if (!plan.groups.empty())
+        throw InputError(spec.source + ": study.share_teacher: --slurm writes one allocation per run and cannot "
+                         "size one for a teacher group yet; set share_teacher = false for --slurm, or run the "
+                         "study (or a group's `deepen group` file) under mpirun in one allocation");
       if (o->slurm.deepen_exe.empty()) o->slurm.deepen_exe = ctx.deepen_exe;
       if (o->slurm.deepen_home.empty()) o->slurm.deepen_home = find_deepen_home(ctx.deepen_exe);
       o->slurm.workdir = std::filesystem::current_path().string();

@@ -1,6 +1,7 @@
 // `deepen train` across ranks: plan -> communicators -> teacher stage loop or student trainer.
 #include "launch/distributed_job.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -42,6 +43,12 @@ class WrongBatchAt : public BatchSource {
   MicroBatch eval(int64_t index) const override { return inner_.eval(index); }
   int64_t eval_batches() const override { return inner_.eval_batches(); }
   MicroBatch diagnostic() const override { return inner_.diagnostic(); }
+  std::vector<int64_t> identity(const BatchKey& key) const override {
+    if (key.kind != BatchKind::kTrain || key.student != student_ || key.step != step_) return inner_.identity(key);
+    BatchKey wrong = key;
+    ++wrong.step;
+    return inner_.identity(wrong);
+  }
 
  private:
   const BatchSource& inner_;
@@ -70,17 +77,21 @@ bool launched_with_several_ranks() {
 
 namespace {
 
-// Student 0 chooses the checkpoint every rank resumes from; teachers start feeding at its step.
-// Returns the steps done (0: a fresh start).
-int64_t agree_on_resume_step(Communicator& world, const JobPlan& plan, bool resume, bool is_first_student,
-                             int first_student) {
-  at::Tensor resume_step = at::full({1}, int64_t{-1}, at::TensorOptions().dtype(at::kLong).device(world.device()));
-  if (is_first_student && resume) {
-    if (auto found = CheckpointStore(plan.run.cfg.run.out_dir, plan.run.cfg.checkpoint.keep).latest_valid())
-      resume_step.fill_(found->step);
+// Each run's student 0 chooses the checkpoint its run resumes from (the newest valid one in its
+// folder); every rank learns every run's choice, so the teachers start feeding each run at its step.
+// Returns the steps done per run (0: a fresh start).
+std::vector<int64_t> agree_on_resume_steps(Communicator& world, const JobPlan& plan, const RankInfo& me, bool resume) {
+  int64_t mine = -2;  // not a run's student 0
+  if (me.is_student() && me.student == 0) {
+    mine = -1;
+    const Config& cfg = plan.runs.at(static_cast<size_t>(me.run)).cfg;
+    if (resume)
+      if (auto found = CheckpointStore(cfg.run.out_dir, cfg.checkpoint.keep).latest_valid()) mine = found->step;
   }
-  world.broadcast(resume_step, first_student);
-  return resume_step.item<int64_t>() + 1;
+  const std::vector<int64_t> all = world.all_gather(mine);
+  std::vector<int64_t> steps_done;
+  for (int r = 0; r < plan.layout->runs; ++r) steps_done.push_back(all.at(static_cast<size_t>(plan.layout->student_rank(0, r))) + 1);
+  return steps_done;
 }
 
 struct RankContext {
@@ -91,68 +102,81 @@ struct RankContext {
   RankGroups& groups;
   JobControl& control;
   at::Device device;
-  int64_t steps_done = 0;  // agreed resume point
-  int64_t end_step = 0;
+  std::vector<int64_t> steps_done;  // per run: the agreed resume point
+  std::vector<int64_t> end_step;    // per run: where this job stops it (its end, or --stop-after)
 };
 
 int run_teacher_rank(const RankContext& c) {
   const RankLayout& layout = *c.plan.layout;
   const RankInfo& me = layout.ranks.at(static_cast<size_t>(c.mpi.rank()));
   TeacherStageRun run;
-  run.plan = &c.plan.run;
   run.channel_format = c.plan.channel;
   run.layout = &layout;
   run.world_rank = c.mpi.rank();
   run.pipeline = c.groups.teacher_pipeline.get();
   run.channel = c.groups.logit_channel.get();
-  std::unique_ptr<BatchSource> batches;
-  if (me.stage == 0) {
-    batches = make_shard_batch_source(c.plan.run, c.tokenizer);
-    run.batches = batches.get();
+  // Stage 0 reads the ids; with runs to compare, every stage reads their batches' identities.
+  std::vector<std::unique_ptr<BatchSource>> batches;
+  int64_t end = 0;
+  for (size_t r = 0; r < c.plan.runs.size(); ++r) {
+    ServedRun served;
+    served.plan = &c.plan.runs[r];
+    if (me.stage == 0 || c.plan.runs.size() > 1) {
+      batches.push_back(make_shard_batch_source(c.plan.runs[r], c.tokenizer));
+      served.batches = batches.back().get();
+    }
+    served.first_step = c.steps_done[r];
+    served.end_step = c.end_step[r];
+    end = std::max(end, c.plan.runs[r].schedule.total_steps());
+    run.runs.push_back(served);
   }
   run.stage = load_teacher_stage(c.plan, me.first_layer, me.last_layer, me.stage == 0,
                                  me.stage == layout.teacher_stages - 1, c.device);
-  run.first_step = c.steps_done;
-  run.end_step = c.end_step;
   run.stop_at = [&c](int64_t s) { return c.control.stop_at(s); };
-  StepTimeLog time_log(c.plan.run.cfg.run.out_dir, c.mpi.rank(),
-                       c.steps_done > 0 ? std::optional<int64_t>(c.steps_done - 1) : std::nullopt);
-  const GrowthSchedule& schedule = c.plan.run.schedule;
+  const int64_t resumed = *std::min_element(c.steps_done.begin(), c.steps_done.end());
+  StepTimeLog time_log(c.plan.job_dir, c.mpi.rank(), resumed > 0 ? std::optional<int64_t>(resumed - 1) : std::nullopt);
+  // The job's progress for the control plane: the longest run's schedule.
+  const RunPlan& longest = *std::max_element(c.plan.runs.begin(), c.plan.runs.end(), [](const RunPlan& a, const RunPlan& b) {
+    return a.schedule.total_steps() < b.schedule.total_steps();
+  });
   run.on_step = [&](int64_t s, const StepTime& t) {
     time_log.append(t);
-    c.control.report(s, schedule.stage_of(s - 1), schedule.depth_at(s - 1), step_time_metrics(t));
+    c.control.report(s, longest.schedule.stage_of(s - 1), longest.schedule.depth_at(s - 1), step_time_metrics(t));
   };
   const TeacherStageStats stats = run_teacher_stage(run);
   if (c.options.print_progress && me.stage == layout.teacher_stages - 1 && stats.seconds > 0)
-    std::cerr << "deepen: teacher pipeline " << me.pipeline << ": " << stats.items << " micro-batches, "
-              << stats.channel_bytes / stats.seconds / 1e6 << " MB/s on the logit channel\n";
-  return stats.steps_done < schedule.total_steps() ? kExitRequeue : kExitOk;
+    std::cerr << "deepen: teacher pipeline " << me.pipeline << ": " << stats.items << " forward passes, "
+              << stats.deliveries << " micro-batches delivered, " << stats.channel_bytes / stats.seconds / 1e6
+              << " MB/s on the logit channel\n";
+  return stats.steps_done < end ? kExitRequeue : kExitOk;
 }
 
 int run_student_rank(const RankContext& c) {
   const RankLayout& layout = *c.plan.layout;
   const RankInfo& me = layout.ranks.at(static_cast<size_t>(c.mpi.rank()));
+  const RunPlan& plan = c.plan.runs.at(static_cast<size_t>(me.run));
   std::vector<int> student_ranks;
-  for (int s = 0; s < layout.students; ++s) student_ranks.push_back(layout.student_rank(s));
+  for (int s = 0; s < layout.students; ++s) student_ranks.push_back(layout.student_rank(s, me.run));
   CommStudentGroup group(*c.groups.students, student_ranks);
-  ChannelTeacherSource teacher(*c.groups.logit_channel, c.plan.channel, c.plan.run.vocab,
+  ChannelTeacherSource teacher(*c.groups.logit_channel, c.plan.channel, plan.vocab,
                                layout.teacher_rank(me.pipeline, layout.teacher_stages - 1), c.mpi.rank(), c.device,
                                teacher_head_for_channel(c.plan, c.device));
   std::unique_ptr<BatchSource> real_batches;
   const std::unique_ptr<BatchSource> batches =
-      with_injected_faults(make_shard_batch_source(c.plan.run, c.tokenizer), real_batches);
+      with_injected_faults(make_shard_batch_source(plan, c.tokenizer), real_batches);
+  const int64_t steps_done = c.steps_done.at(static_cast<size_t>(me.run));
   StudentRun run;
-  run.plan = c.plan.run;
+  run.plan = plan;
   run.tokenizer = &c.tokenizer;
   run.batches = batches.get();
   run.teacher = &teacher;
   run.group = &group;
   run.world_rank = c.mpi.rank();
   run.device = c.device;
-  run.resume = c.steps_done > 0;
+  run.resume = steps_done > 0;
   if (run.resume)
-    run.resume_checkpoint = CheckpointStore(run.plan.cfg.run.out_dir, run.plan.cfg.checkpoint.keep).root() + "/" +
-                            checkpoint_folder_name(c.steps_done - 1);
+    run.resume_checkpoint = CheckpointStore(plan.cfg.run.out_dir, plan.cfg.checkpoint.keep).root() + "/" +
+                            checkpoint_folder_name(steps_done - 1);
   run.stop_after_steps = c.options.stop_after_steps;
   run.print_progress = c.options.print_progress;
   run.stop_requested = [&c](int64_t s) { return c.control.stop_at(s); };
@@ -160,16 +184,18 @@ int run_student_rank(const RankContext& c) {
   return run_student(run) == RunOutcome::kFinished ? kExitOk : kExitRequeue;
 }
 
+std::string role_of(const RankInfo& me) {
+  return me.is_teacher() ? "teacher p" + std::to_string(me.pipeline) + " s" + std::to_string(me.stage)
+                         : "student " + std::to_string(me.student);
+}
+
 }  // namespace
 
-int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
-  MpiSession mpi;
-  set_compute_threads(cfg.run.threads);
-  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(cfg.data.tokenizer);
-  // Every decision first, the same on every rank: a bad config fails all ranks alike, before any
-  // communicator exists or anything is written.
-  const JobPlan plan = plan_distributed_job(cfg, mpi.size(), *tokenizer, visible_cuda_devices(), nccl_available());
+int run_planned_distributed_job(const JobPlan& plan, const JobOptions& options, MpiSession& mpi,
+                                const Tokenizer& tokenizer) {
   const RankLayout& layout = *plan.layout;
+  const Config& cfg = plan.run().cfg;  // the job's shared settings ([control], [parallel], run.device)
+  const RankInfo& me = layout.ranks.at(static_cast<size_t>(mpi.rank()));
   const int first_student = layout.student_rank(0);
   // Every rank checks placement (pure, same hostnames everywhere), so a bad one fails all ranks alike.
   const std::vector<std::string> placement = check_placement(layout, mpi.hostnames());
@@ -185,25 +211,50 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
   if (mpi.rank() == first_student && options.print_progress)
     std::cerr << "deepen: computing on " << plan.device << ", world backend " << plan.backend << "\n";
   RankGroups groups = make_rank_groups(*world, layout);
-  const RankInfo& me = layout.ranks.at(static_cast<size_t>(mpi.rank()));
-  const std::string role = me.is_teacher() ? "teacher p" + std::to_string(me.pipeline) + " s" + std::to_string(me.stage)
-                                           : "student " + std::to_string(me.student);
+  const std::string run_name = me.is_student() && layout.runs > 1 ? plan.runs.at(size_t(me.run)).cfg.run.name : "";
   // The watchdog's way out of a hung collective: abort the world (and every group split from it).
-  JobControl control(cfg, mpi.rank(), mpi.size(), mpi.hostnames(), world.get(), role, [&world] { world->abort(); });
+  JobControl control(cfg.control, plan.job_dir, mpi.rank(), mpi.size(), mpi.hostnames(), world.get(), role_of(me),
+                     run_name, [&world] { world->abort(); });
 
-  RankContext context{plan, options, *tokenizer, mpi, groups, control, device};
-  context.steps_done = agree_on_resume_step(*world, plan, options.resume, mpi.rank() == first_student, first_student);
+  RankContext context{plan, options, tokenizer, mpi, groups, control, device, {}, {}};
+  context.steps_done = agree_on_resume_steps(*world, plan, me, options.resume);
   // Before any model runs: a resumed rank repeats the kernel choices it made before (same rounding).
-  process_cpu_kernel_calibration().record_to(RunFolder(cfg.run.out_dir).cpu_kernel_choices(mpi.rank()),
-                                             context.steps_done > 0);
-  context.end_step = plan.run.schedule.total_steps();
-  if (options.stop_after_steps) context.end_step = std::min(context.end_step, *options.stop_after_steps);
-  context.end_step = std::max(context.end_step, context.steps_done);
+  const std::string calibration_dir = me.is_student() ? plan.runs.at(size_t(me.run)).cfg.run.out_dir : plan.job_dir;
+  const bool any_resumed = std::any_of(context.steps_done.begin(), context.steps_done.end(), [](int64_t s) { return s > 0; });
+  process_cpu_kernel_calibration().record_to(RunFolder(calibration_dir).cpu_kernel_choices(mpi.rank()), any_resumed);
+  for (size_t r = 0; r < plan.runs.size(); ++r) {
+    int64_t end = plan.runs[r].schedule.total_steps();
+    if (options.stop_after_steps) end = std::min(end, *options.stop_after_steps);
+    context.end_step.push_back(std::max(end, context.steps_done[r]));
+  }
 
   const int rc = me.is_teacher() ? run_teacher_rank(context) : run_student_rank(context);
+  // A run that finished leaves the control plane before it waits for the others (a shared teacher
+  // goes on for the longer runs): it is then neither asked about a stop nor watched for progress.
+  // Rank 0 (a teacher in every order) hosts the coordinator and leaves last.
+  if (me.is_student()) control.shutdown(rc);
   world->barrier();
-  control.shutdown(rc);
+  if (me.is_teacher()) control.shutdown(rc);
   return rc;
+}
+
+int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
+  MpiSession mpi;
+  set_compute_threads(cfg.run.threads);
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(cfg.data.tokenizer);
+  // Every decision first, the same on every rank: a bad config fails all ranks alike, before any
+  // communicator exists or anything is written.
+  const JobPlan plan = plan_distributed_job(cfg, mpi.size(), *tokenizer, visible_cuda_devices(), nccl_available());
+  return run_planned_distributed_job(plan, options, mpi, *tokenizer);
+}
+
+int run_shared_teacher_job(const std::vector<Config>& runs, const std::string& job_dir, const JobOptions& options) {
+  MpiSession mpi;
+  set_compute_threads(runs.at(0).run.threads);
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(runs.at(0).data.tokenizer);
+  const JobPlan plan =
+      plan_shared_teacher_job(runs, job_dir, mpi.size(), *tokenizer, visible_cuda_devices(), nccl_available());
+  return run_planned_distributed_job(plan, options, mpi, *tokenizer);
 }
 
 }  // namespace deepen

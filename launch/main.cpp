@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   deepen::register_train_command(app);
   deepen::register_pretrain_command(app);
   deepen::register_study_command(app);
+  deepen::register_group_command(app);
   deepen::register_report_command(app);
   deepen::register_plan_command(app);
   deepen::register_demo_command(app);
