@@ -70,7 +70,7 @@ def tiny_run_toml(work):
     """tests/fixtures/tiny_run.toml on the fixture's data and teacher; run.out_dir is always --set."""
     with open(TINY_RUN) as f:
         return f.read().format(name="run", out_dir=f"{work}/run", device="cpu", train=f"{work}/data/train",
-                               valid=f"{work}/data/valid", teacher=f"{work}/teacher/final/hf")
+                               valid=f"{work}/data/valid", teacher=f"{work}/teacher/final/hf", keep=3)
 
 
 TEACHER = """

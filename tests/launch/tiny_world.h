@@ -81,7 +81,8 @@ class TinyWorld {
                               {"device", device},
                               {"train", (root_ / "train").string()},
                               {"valid", (root_ / "valid").string()},
-                              {"teacher", teacher_dir()}});
+                              {"teacher", teacher_dir()},
+                              {"keep", "10"}});
   }
   Config config(const std::string& name, const std::vector<std::string>& sets = {},
                 const std::string& device = "cpu") const {
