@@ -21,6 +21,7 @@ struct GroupArgs {
   bool fresh = false;
   int64_t stop_after = 0;
   bool quiet = false;
+  bool print_job = false;
 };
 
 }  // namespace
@@ -37,6 +38,9 @@ void register_group_command(CLI::App& app) {
   cmd->add_option("--stop-after", o->stop_after,
                   "stop every run with a checkpoint after this many optimizer steps (exit code 3, like a preemption)");
   cmd->add_flag("--quiet", o->quiet, "no per-step progress lines");
+  cmd->add_flag("--print-job", o->print_job,
+                "print one line for slurm/lib.sh and stop: teacher_pipelines teacher_stages students runs "
+                "rank_order out_dir run.device parallel.backend (of run 0)");
   cmd->callback([o] {
     control::catch_early_stop_signals();
     const GroupSpec group = load_group_file(o->file);
@@ -45,6 +49,14 @@ void register_group_command(CLI::App& app) {
       if (auto why = teacher_share_difference(runs.front(), runs[r]))
         throw InputError(o->file + ": run " + std::to_string(r) + " (" + runs[r].run.name +
                          ") cannot share the teacher with run 0 (" + runs.front().run.name + "): " + *why);
+    if (o->print_job) {
+      const Config& c = runs.front();
+      const ParallelConfig& p = c.parallel;
+      std::cout << p.teacher_pipelines << " " << p.teacher_stages << " " << p.students << " " << runs.size() << " "
+                << option_name(p.rank_order) << " " << group.out_dir << " " << option_name(c.run.device) << " "
+                << option_name(p.backend) << "\n";
+      return;
+    }
     if (o->dry_run) {
       const ParallelConfig& p = runs.front().parallel;
       std::cout << "group " << group.name << " (" << group.out_dir << "): " << runs.size() << " runs share one teacher; "

@@ -117,7 +117,6 @@ int run_teacher_rank(const RankContext& c) {
   run.channel = c.groups.logit_channel.get();
   // Stage 0 reads the ids; with runs to compare, every stage reads their batches' identities.
   std::vector<std::unique_ptr<BatchSource>> batches;
-  int64_t end = 0;
   for (size_t r = 0; r < c.plan.runs.size(); ++r) {
     ServedRun served;
     served.plan = &c.plan.runs[r];
@@ -127,7 +126,6 @@ int run_teacher_rank(const RankContext& c) {
     }
     served.first_step = c.steps_done[r];
     served.end_step = c.end_step[r];
-    end = std::max(end, c.plan.runs[r].schedule.total_steps());
     run.runs.push_back(served);
   }
   run.stage = load_teacher_stage(c.plan, me.first_layer, me.last_layer, me.stage == 0,
@@ -148,7 +146,16 @@ int run_teacher_rank(const RankContext& c) {
     std::cerr << "deepen: teacher pipeline " << me.pipeline << ": " << stats.items << " forward passes, "
               << stats.deliveries << " micro-batches delivered, " << stats.channel_bytes / stats.seconds / 1e6
               << " MB/s on the logit channel\n";
-  return stats.steps_done < end ? kExitRequeue : kExitOk;
+  // Requeue when the loop stopped before the last step it had to serve (a coordinated stop), or when
+  // a run is left unfinished by design (--stop-after). Runs that had finished before this job started
+  // have nothing to serve: a rerun of a finished group ends at once with 0.
+  int64_t served_end = 0;
+  bool unfinished = false;
+  for (size_t r = 0; r < c.plan.runs.size(); ++r) {
+    if (c.end_step[r] > c.steps_done[r]) served_end = std::max(served_end, c.end_step[r]);
+    unfinished = unfinished || c.end_step[r] < c.plan.runs[r].schedule.total_steps();
+  }
+  return stats.steps_done < served_end || unfinished ? kExitRequeue : kExitOk;
 }
 
 int run_student_rank(const RankContext& c) {

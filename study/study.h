@@ -165,7 +165,8 @@ int run_study(const StudyPlan& plan, const LaunchContext& ctx);
 //   DIR/submit.sh   submits the jobs that have not finished: independent jobs as one array per task
 //                   count, each dependent job (a matched run) as its own array element with
 //                   --dependency=afterok:<job>_<index> on exactly the element it needs (or none when
-//                   that run finished already)
+//                   that run finished already). With share_teacher a job is a teacher group: one
+//                   allocation of T·P + R·S tasks for its R runs (DIR/groups/), finished when all are
 //   DIR/logs/       the tasks' output
 struct SlurmOptions {
   std::string deepen_exe;       // absolute path of deepen on the cluster (default: this binary)
@@ -181,6 +182,10 @@ struct SlurmOptions {
 struct SlurmScripts {
   std::string study_list;
   std::string submit_sh;
+  // With share_teacher: groups/g<k>.toml under DIR for each teacher group of several runs, whose line
+  // in study.list is "group <DIR>/groups/g<k>.toml --quiet" (slurm/lib.sh: deepen_run_job group ...)
+  // and whose array element asks for T·P + R·S tasks.
+  std::vector<std::pair<std::string, std::string>> group_files;  // (path under DIR, text)
 };
 // InputError when an override holds whitespace inside a quoted value (the list is split on
 // whitespace); whitespace elsewhere ("curriculum.stages=[1, 2]") is removed.
