@@ -351,117 +351,102 @@ class Progress {
   Clock::time_point start_, last_{};
 };
 
-}  // namespace
-
-bool is_validation_document(std::string_view key, double valid_fraction) {
-  if (valid_fraction <= 0) return false;
-  const double u = double(hash64(key, kSplitSeed) >> 11) * 0x1.0p-53;  // uniform in [0, 1)
-  return u < valid_fraction;
-}
-
-std::string PrepSummary::line() const {
-  const double mb = double(bytes) / 1e6;
-  return "prep: " + with_commas(train_docs + valid_docs) + " documents (" + with_commas(valid_docs) +
-         " held out" + (valid_fallback ? ", the last one, as none hashed into the split" : "") + ") from " +
-         with_commas(files) + " files" + (skipped_files ? " (" + with_commas(skipped_files) + " binary skipped)" : "") +
-         ", " + with_commas(train_tokens + valid_tokens) + " tokens (train " + with_commas(train_tokens) + " in " +
-         std::to_string(train_shards.size()) + " shard(s), valid " + with_commas(valid_tokens) + " in " +
-         std::to_string(valid_shards.size()) + "), " + fixed(mb, 1) + " MB in " + fixed(seconds, 2) + " s (" +
-         fixed(seconds > 0 ? mb / seconds : 0, 1) + " MB/s, " + std::to_string(threads) + " threads)";
-}
-
-PrepSummary run_prep(const DataConfig& cfg, const PrepOptions& opts) {
-  const auto start = Clock::now();
-  PrepSummary sum;
-  // Everything that can be checked is checked before the first byte is written.
-  if (cfg.shard_tokens <= 0) throw InputError("data.shard_tokens: must be positive, got " + std::to_string(cfg.shard_tokens));
-  if (!(cfg.valid_fraction >= 0 && cfg.valid_fraction < 1))
-    throw InputError("data.valid_fraction: must be in [0, 1), got " + std::to_string(cfg.valid_fraction));
-  const std::unique_ptr<Tokenizer> tok = make_tokenizer(cfg.tokenizer);
-  const std::vector<SourceFile> sources = list_sources(cfg, sum.skipped_files);
-  if (sources.empty()) throw InputError("data.sources: no text files found (only binary files or empty folders)");
-  std::error_code ec;
-  if (fs::weakly_canonical(cfg.train, ec) == fs::weakly_canonical(cfg.valid, ec))
-    throw InputError("data.valid: \"" + cfg.valid + "\" is the same folder as data.train");
-  // Folders this run creates are removed again if it fails (fs::remove leaves non-empty ones).
-  struct FolderGuard {
-    std::vector<fs::path> created;
-    bool keep = false;
-    ~FolderGuard() {
-      if (keep) return;
-      std::sort(created.begin(), created.end(), [](const fs::path& a, const fs::path& b) {
-        return std::distance(a.begin(), a.end()) > std::distance(b.begin(), b.end());  // deepest first
-      });
-      std::error_code e;
-      for (const fs::path& p : created) fs::remove(p, e);
-    }
-  } folders;
-  const std::vector<std::string> old_train = prepare_output("data.train", cfg.train, opts.overwrite, folders.created);
-  const std::vector<std::string> old_valid = prepare_output("data.valid", cfg.valid, opts.overwrite, folders.created);
-  uint64_t total_bytes = 0;
-  for (const SourceFile& s : sources) total_bytes += s.bytes;
-
-  const int threads = opts.threads > 0 ? opts.threads : std::max(1, int(std::thread::hardware_concurrency()));
-  sum.threads = threads;
-  const bool show = opts.progress > 0 || (opts.progress < 0 && ::isatty(STDERR_FILENO));
-  Progress progress(show, total_bytes);
-  Pipeline pipe(size_t(threads) * 4);
-  SplitWriter train(cfg.train, "train", cfg.shard_tokens, *tok);
-  SplitWriter valid(cfg.valid, "valid", cfg.shard_tokens, *tok);
-  size_t chunks_made = 0;  // written by the reader before close_input()
-  const int32_t eos = tok->eos_id();
-
-  std::vector<std::thread> workers;
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&] {
-      try {
-        while (std::optional<Chunk> c = pipe.pop()) {
-          Result r;
-          r.index = c->index;
-          r.source_pos = c->source_pos;
-          r.docs.resize(c->docs.size());
-          for (size_t i = 0; i < c->docs.size(); ++i) {
-            TokenizedDoc& d = r.docs[i];
-            d.valid = is_validation_document(c->ids[i].empty() ? c->docs[i] : c->ids[i], cfg.valid_fraction);
-            tok->encode_append(c->docs[i], d.ids);
-            d.ids.push_back(eos);
-          }
-          pipe.done(std::move(r));
-        }
-      } catch (...) {
-        pipe.fail(std::current_exception());
-      }
+// Folders a run creates, removed again unless it succeeds (fs::remove leaves non-empty ones).
+class CreatedFolders {
+ public:
+  CreatedFolders() = default;
+  CreatedFolders(const CreatedFolders&) = delete;
+  CreatedFolders& operator=(const CreatedFolders&) = delete;
+  ~CreatedFolders() {
+    if (keep_) return;
+    std::sort(created.begin(), created.end(), [](const fs::path& a, const fs::path& b) {
+      return std::distance(a.begin(), a.end()) > std::distance(b.begin(), b.end());  // deepest first
     });
+    std::error_code e;
+    for (const fs::path& p : created) fs::remove(p, e);
+  }
+  void keep() { keep_ = true; }
+  std::vector<fs::path> created;
+
+ private:
+  bool keep_ = false;
+};
+
+// A chunk's documents tokenized, each with its EOS, and each put in its split by its key (its id
+// where the source gives one, else its text).
+Result tokenize_chunk(const Chunk& c, const Tokenizer& tok, double valid_fraction) {
+  Result r;
+  r.index = c.index;
+  r.source_pos = c.source_pos;
+  r.docs.resize(c.docs.size());
+  for (size_t i = 0; i < c.docs.size(); ++i) {
+    TokenizedDoc& d = r.docs[i];
+    d.valid = is_validation_document(c.ids[i].empty() ? c.docs[i] : c.ids[i], valid_fraction);
+    tok.encode_append(c.docs[i], d.ids);
+    d.ids.push_back(tok.eos_id());
+  }
+  return r;
+}
+
+// A worker thread: tokenizes chunks until the input is done or the pipeline failed.
+void tokenize_chunks(Pipeline& pipe, const Tokenizer& tok, double valid_fraction) {
+  try {
+    while (std::optional<Chunk> c = pipe.pop()) pipe.done(tokenize_chunk(*c, tok, valid_fraction));
+  } catch (...) {
+    pipe.fail(std::current_exception());
+  }
+}
+
+// Sends each tokenized document to its split's writer. It holds back the newest training document,
+// so that it can become the validation split if no document hashed into it.
+class SplitRouter {
+ public:
+  SplitRouter(SplitWriter& train, SplitWriter& valid) : train_(train), valid_(valid) {}
+  void add(TokenizedDoc& d) {
+    if (d.valid) {
+      valid_.append_document(d.ids);
+      return;
+    }
+    if (holding_) train_.append_document(held_);
+    held_ = std::move(d.ids);
+    holding_ = true;
+  }
+  // Writes the held-back document; returns true when it went to the validation split.
+  bool finish(double valid_fraction) {
+    if (!holding_) return false;
+    holding_ = false;
+    if (valid_fraction > 0 && valid_.docs() == 0 && train_.docs() > 0) {
+      valid_.append_document(held_);
+      return true;
+    }
+    train_.append_document(held_);
+    return false;
   }
 
-  // The writer holds back the newest training document, so that it can become the validation split
-  // if no document hashed into it.
-  std::vector<int32_t> held;
-  bool holding = false;
-  std::thread writer([&] {
-    try {
-      for (;;) {
-        std::optional<Result> r = pipe.next();
-        if (!r) break;
-        for (TokenizedDoc& d : r->docs) {
-          if (d.valid) {
-            valid.append_document(d.ids);
-          } else {
-            if (holding) train.append_document(held);
-            held = std::move(d.ids);
-            holding = true;
-          }
-        }
-        progress.update(r->source_pos);
-      }
-    } catch (...) {
-      pipe.fail(std::current_exception());
-    }
-  });
+ private:
+  SplitWriter &train_, &valid_;
+  std::vector<int32_t> held_;
+  bool holding_ = false;
+};
 
-  // Reader: this thread. `pos` counts source bytes consumed, for the progress bar (parquet text is
-  // compressed, so document bytes would not reach the files' total).
+// The writer thread: the workers' results in chunk order into the splits.
+void write_results(Pipeline& pipe, SplitRouter& router, Progress& progress) {
   try {
+    while (std::optional<Result> r = pipe.next()) {
+      for (TokenizedDoc& d : r->docs) router.add(d);
+      progress.update(r->source_pos);
+    }
+  } catch (...) {
+    pipe.fail(std::current_exception());
+  }
+}
+
+// The reader (the calling thread): every source's documents, cut into chunks for the workers. It
+// counts source bytes consumed for the progress bar (parquet text is compressed, so document
+// bytes would not reach the files' total), and the files and document bytes into `sum`.
+void read_sources(const std::vector<SourceFile>& sources, const DataConfig& cfg, Pipeline& pipe, PrepSummary& sum) {
+  try {
+    size_t chunks_made = 0;
     Chunk chunk;
     uint64_t pos = 0;
     auto flush = [&] {
@@ -511,6 +496,68 @@ PrepSummary run_prep(const DataConfig& cfg, const PrepOptions& opts) {
   } catch (...) {
     pipe.fail(std::current_exception());
   }
+}
+
+// Shards of an earlier run in the output folders that this one did not overwrite by name.
+void remove_stale_shards(const std::vector<std::string>& old_shards, const PrepSummary& sum) {
+  std::error_code ec;
+  for (const std::string& f : old_shards)
+    if (std::find(sum.train_shards.begin(), sum.train_shards.end(), f) == sum.train_shards.end() &&
+        std::find(sum.valid_shards.begin(), sum.valid_shards.end(), f) == sum.valid_shards.end())
+      fs::remove(f, ec);
+}
+
+}  // namespace
+
+bool is_validation_document(std::string_view key, double valid_fraction) {
+  if (valid_fraction <= 0) return false;
+  const double u = double(hash64(key, kSplitSeed) >> 11) * 0x1.0p-53;  // uniform in [0, 1)
+  return u < valid_fraction;
+}
+
+std::string PrepSummary::line() const {
+  const double mb = double(bytes) / 1e6;
+  return "prep: " + with_commas(train_docs + valid_docs) + " documents (" + with_commas(valid_docs) +
+         " held out" + (valid_fallback ? ", the last one, as none hashed into the split" : "") + ") from " +
+         with_commas(files) + " files" + (skipped_files ? " (" + with_commas(skipped_files) + " binary skipped)" : "") +
+         ", " + with_commas(train_tokens + valid_tokens) + " tokens (train " + with_commas(train_tokens) + " in " +
+         std::to_string(train_shards.size()) + " shard(s), valid " + with_commas(valid_tokens) + " in " +
+         std::to_string(valid_shards.size()) + "), " + fixed(mb, 1) + " MB in " + fixed(seconds, 2) + " s (" +
+         fixed(seconds > 0 ? mb / seconds : 0, 1) + " MB/s, " + std::to_string(threads) + " threads)";
+}
+
+PrepSummary run_prep(const DataConfig& cfg, const PrepOptions& opts) {
+  const auto start = Clock::now();
+  PrepSummary sum;
+  // Everything that can be checked is checked before the first byte is written.
+  if (cfg.shard_tokens <= 0) throw InputError("data.shard_tokens: must be positive, got " + std::to_string(cfg.shard_tokens));
+  if (!(cfg.valid_fraction >= 0 && cfg.valid_fraction < 1))
+    throw InputError("data.valid_fraction: must be in [0, 1), got " + std::to_string(cfg.valid_fraction));
+  const std::unique_ptr<Tokenizer> tok = make_tokenizer(cfg.tokenizer);
+  const std::vector<SourceFile> sources = list_sources(cfg, sum.skipped_files);
+  if (sources.empty()) throw InputError("data.sources: no text files found (only binary files or empty folders)");
+  std::error_code ec;
+  if (fs::weakly_canonical(cfg.train, ec) == fs::weakly_canonical(cfg.valid, ec))
+    throw InputError("data.valid: \"" + cfg.valid + "\" is the same folder as data.train");
+  CreatedFolders folders;
+  std::vector<std::string> old_shards = prepare_output("data.train", cfg.train, opts.overwrite, folders.created);
+  for (std::string& f : prepare_output("data.valid", cfg.valid, opts.overwrite, folders.created))
+    old_shards.push_back(std::move(f));
+  uint64_t total_bytes = 0;
+  for (const SourceFile& s : sources) total_bytes += s.bytes;
+
+  const int threads = opts.threads > 0 ? opts.threads : std::max(1, int(std::thread::hardware_concurrency()));
+  sum.threads = threads;
+  const bool show = opts.progress > 0 || (opts.progress < 0 && ::isatty(STDERR_FILENO));
+  Progress progress(show, total_bytes);
+  Pipeline pipe(size_t(threads) * 4);
+  SplitWriter train(cfg.train, "train", cfg.shard_tokens, *tok);
+  SplitWriter valid(cfg.valid, "valid", cfg.shard_tokens, *tok);
+  SplitRouter router(train, valid);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) workers.emplace_back([&] { tokenize_chunks(pipe, *tok, cfg.valid_fraction); });
+  std::thread writer([&] { write_results(pipe, router, progress); });
+  read_sources(sources, cfg, pipe, sum);
   pipe.close_input();
   for (auto& w : workers) w.join();
   writer.join();
@@ -519,14 +566,7 @@ PrepSummary run_prep(const DataConfig& cfg, const PrepOptions& opts) {
     std::rethrow_exception(e);  // the writers' destructors remove every temporary file
   }
 
-  if (holding) {
-    if (cfg.valid_fraction > 0 && valid.docs() == 0 && train.docs() > 0) {
-      valid.append_document(held);
-      sum.valid_fallback = true;
-    } else {
-      train.append_document(held);
-    }
-  }
+  sum.valid_fallback = router.finish(cfg.valid_fraction);
   progress.update(total_bytes);
   progress.end();
   if (train.docs() == 0)
@@ -535,13 +575,8 @@ PrepSummary run_prep(const DataConfig& cfg, const PrepOptions& opts) {
   valid.finish();
   sum.train_shards = train.commit();
   sum.valid_shards = valid.commit();
-  folders.keep = true;
-  // Shards of an earlier run that this one did not overwrite by name.
-  for (const auto* old : {&old_train, &old_valid})
-    for (const std::string& f : *old)
-      if (std::find(sum.train_shards.begin(), sum.train_shards.end(), f) == sum.train_shards.end() &&
-          std::find(sum.valid_shards.begin(), sum.valid_shards.end(), f) == sum.valid_shards.end())
-        fs::remove(f, ec);
+  folders.keep();
+  remove_stale_shards(old_shards, sum);
   sum.train_docs = train.docs();
   sum.valid_docs = valid.docs();
   sum.train_tokens = train.tokens();

@@ -248,6 +248,145 @@ class WordCache {
   std::array<Stripe, kStripes> stripes_;
 };
 
+// Checks of tokenizer.json's fields: each failure names the file, the field and what was expected.
+class JsonCheck {
+ public:
+  explicit JsonCheck(const std::string& path) : path_(path) {}
+  [[noreturn]] void fail(const std::string& where, const std::string& why) const {
+    throw InputError(path_ + ": " + where + ": " + why);
+  }
+  const json& member(const json& j, const char* key, const std::string& where) const {
+    if (!j.is_object() || !j.contains(key)) fail(where, std::string("missing \"") + key + "\"");
+    return j.at(key);
+  }
+  void equals(const json& j, const std::string& want, const std::string& where) const {
+    if (!j.is_string() || j.get<std::string>() != want)
+      fail(where, "expected " + json(want).dump() + ", got " + j.dump().substr(0, 200) +
+                      " (deepen implements the Qwen2/Qwen3 tokenizer configuration only)");
+  }
+  // An optional flag that must be absent, null or false.
+  void is_false(const json& j, const char* key, const std::string& where) const {
+    if (j.contains(key) && !j.at(key).is_null() && j.at(key) != false)
+      fail(where + "." + key, "must be false, got " + j.at(key).dump());
+  }
+  // An optional string that must be absent, null or "".
+  void is_empty(const json& j, const char* key, const std::string& where) const {
+    if (j.contains(key) && !j.at(key).is_null() && j.at(key) != "")
+      fail(where + "." + key, "must be empty, got " + j.at(key).dump());
+  }
+
+ private:
+  const std::string& path_;
+};
+
+// Parses tokenizer.json into `reader` (vocab and merges streamed, the rest as a DOM).
+void parse_tokenizer_json(const std::string& text, TokenizerJsonReader& reader, const JsonCheck& check) {
+  bool parsed = false;
+  try {
+    parsed = json::sax_parse(text, &reader);
+  } catch (const json::exception& e) {
+    check.fail("file", std::string("not valid JSON: ") + e.what());
+  }
+  if (!reader.problem.empty()) check.fail(reader.saw_merges ? "model.merges" : "model.vocab", reader.problem);
+  if (!parsed) check.fail("file", "not valid JSON: " + reader.parse_error_message());
+}
+
+// Normalizer, pre-tokenizer, decoder and the BPE model's flags: exactly Qwen's, or an error naming
+// the field (another configuration would tokenize differently without saying so).
+void check_qwen_configuration(const json& doc, const JsonCheck& check) {
+  const json& norm = check.member(doc, "normalizer", "normalizer");
+  check.equals(check.member(norm, "type", "normalizer"), "NFC", "normalizer.type");
+  const json& pre = check.member(doc, "pre_tokenizer", "pre_tokenizer");
+  check.equals(check.member(pre, "type", "pre_tokenizer"), "Sequence", "pre_tokenizer.type");
+  const json& seq = check.member(pre, "pretokenizers", "pre_tokenizer");
+  if (!seq.is_array() || seq.size() != 2) check.fail("pre_tokenizer.pretokenizers", "expected [Split, ByteLevel]");
+  check.equals(check.member(seq[0], "type", "pre_tokenizer.pretokenizers[0]"), "Split", "pre_tokenizer.pretokenizers[0].type");
+  check.equals(check.member(check.member(seq[0], "pattern", "pre_tokenizer.pretokenizers[0]"), "Regex",
+                            "pre_tokenizer.pretokenizers[0].pattern"),
+               kQwenPattern, "pre_tokenizer.pretokenizers[0].pattern.Regex");
+  check.equals(check.member(seq[0], "behavior", "pre_tokenizer.pretokenizers[0]"), "Isolated",
+               "pre_tokenizer.pretokenizers[0].behavior");
+  check.is_false(seq[0], "invert", "pre_tokenizer.pretokenizers[0]");
+  check.equals(check.member(seq[1], "type", "pre_tokenizer.pretokenizers[1]"), "ByteLevel", "pre_tokenizer.pretokenizers[1].type");
+  check.is_false(seq[1], "add_prefix_space", "pre_tokenizer.pretokenizers[1]");
+  check.is_false(seq[1], "use_regex", "pre_tokenizer.pretokenizers[1]");
+  if (doc.contains("decoder") && !doc["decoder"].is_null())
+    check.equals(check.member(doc["decoder"], "type", "decoder"), "ByteLevel", "decoder.type");
+
+  const json& model = check.member(doc, "model", "model");
+  check.equals(check.member(model, "type", "model"), "BPE", "model.type");
+  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0.0)
+    check.fail("model.dropout", "must be null, got " + model["dropout"].dump());
+  check.is_false(model, "byte_fallback", "model");
+  check.is_false(model, "ignore_merges", "model");
+  check.is_empty(model, "continuing_subword_prefix", "model");
+  check.is_empty(model, "end_of_word_suffix", "model");
+}
+
+// tokenizer.json's strings back to raw bytes, through the inverse of byte_level_alphabet.
+// Example: "Ġthe" -> " the" (U+0120 stands for the space byte 0x20).
+class ByteLevelDecoder {
+ public:
+  ByteLevelDecoder() {
+    const std::array<char32_t, 256> alphabet = byte_level_alphabet();
+    byte_of_cp_.fill(-1);
+    for (int b = 0; b < 256; ++b) byte_of_cp_[alphabet[size_t(b)]] = b;
+  }
+  // False when `in` holds a character outside the alphabet.
+  bool to_raw(const std::string& in, std::string& raw) const {
+    raw.clear();
+    const auto* p = reinterpret_cast<const unsigned char*>(in.data());
+    for (size_t i = 0; i < in.size();) {
+      char32_t cp;
+      i += size_t(decode_utf8(p + i, cp));
+      if (cp >= byte_of_cp_.size() || byte_of_cp_[cp] < 0) return false;
+      raw.push_back(char(byte_of_cp_[cp]));
+    }
+    return true;
+  }
+
+ private:
+  std::array<int, 512> byte_of_cp_;
+};
+
+// Bytes of every token id, filled from model.vocab and then added_tokens: an id out of range or
+// given twice is an error where it is given, a gap in the ids an error of the section that left it.
+class IdBytes {
+ public:
+  explicit IdBytes(const JsonCheck& check) : check_(check) {}
+  void assign(int64_t id, std::string b, const std::string& where) {
+    if (id < 0 || id > 100'000'000) check_.fail(where, "id " + std::to_string(id) + " out of range");
+    if (size_t(id) >= bytes.size()) {
+      bytes.resize(size_t(id) + 1);
+      seen_.resize(size_t(id) + 1, false);
+    }
+    if (seen_[size_t(id)]) check_.fail(where, "id " + std::to_string(id) + " is used twice");
+    seen_[size_t(id)] = true;
+    bytes[size_t(id)] = std::move(b);
+  }
+  void check_contiguous(const std::string& where) const {
+    for (size_t id = 0; id < bytes.size(); ++id)
+      if (!seen_[id]) check_.fail(where, "ids are not contiguous: " + std::to_string(id) + " is missing");
+  }
+  std::vector<std::string> bytes;
+
+ private:
+  std::vector<bool> seen_;
+  const JsonCheck& check_;
+};
+
+// model.vocab: each byte-level string as raw bytes under its id.
+void read_vocab(const TokenizerJsonReader& reader, const ByteLevelDecoder& byte_level, IdBytes& ids,
+                const JsonCheck& check) {
+  if (!reader.saw_vocab || reader.vocab.empty()) check.fail("model.vocab", "missing or empty");
+  std::string raw;
+  for (const auto& [str, id] : reader.vocab) {
+    const std::string where = "model.vocab[" + json(str).dump() + "]";
+    if (!byte_level.to_raw(str, raw)) check.fail(where, "character outside the byte-level alphabet");
+    ids.assign(id, raw, where);
+  }
+  ids.check_contiguous("model.vocab");
+}
 
 class Qwen3Tokenizer final : public Tokenizer {
  public:
@@ -285,9 +424,10 @@ class Qwen3Tokenizer final : public Tokenizer {
   };
 
   void load(const std::string& text);
-  [[noreturn]] void fail(const std::string& where, const std::string& why) const {
-    throw InputError(path_ + ": " + where + ": " + why);
-  }
+  // load's steps after the vocabulary, in order.
+  void read_added_tokens(const json& doc, size_t num_bpe, IdBytes& ids, const JsonCheck& check);
+  uint64_t build_id_tables(const std::vector<std::string>& bytes, size_t num_bpe, const JsonCheck& check);
+  uint64_t read_merges(const TokenizerJsonReader& reader, const ByteLevelDecoder& byte_level, const JsonCheck& check);
   void check_id(int32_t id) const {
     if (id < 0 || size_t(id) >= classes_.size())
       throw InputError("token id " + std::to_string(id) + " is outside the Qwen3 vocabulary [0, " +
@@ -342,113 +482,41 @@ class Qwen3Tokenizer final : public Tokenizer {
 };
 
 void Qwen3Tokenizer::load(const std::string& text) {
+  const JsonCheck check(path_);
   TokenizerJsonReader reader;
-  bool parsed = false;
-  try {
-    parsed = json::sax_parse(text, &reader);
-  } catch (const json::exception& e) {
-    fail("file", std::string("not valid JSON: ") + e.what());
-  }
-  if (!reader.problem.empty()) fail(reader.saw_merges ? "model.merges" : "model.vocab", reader.problem);
-  if (!parsed) fail("file", "not valid JSON: " + reader.parse_error_message());
-  const json& doc = reader.root;
-  auto expect = [&](const json& j, const char* key, const std::string& where) -> const json& {
-    if (!j.is_object() || !j.contains(key)) fail(where, std::string("missing \"") + key + "\"");
-    return j.at(key);
-  };
-  auto expect_str = [&](const json& j, const std::string& want, const std::string& where) {
-    if (!j.is_string() || j.get<std::string>() != want)
-      fail(where, "expected " + json(want).dump() + ", got " + j.dump().substr(0, 200) +
-                      " (deepen implements the Qwen2/Qwen3 tokenizer configuration only)");
-  };
-  auto expect_false = [&](const json& j, const char* key, const std::string& where) {
-    if (j.contains(key) && !j.at(key).is_null() && j.at(key) != false)
-      fail(where + "." + key, "must be false, got " + j.at(key).dump());
-  };
-  auto expect_empty = [&](const json& j, const char* key, const std::string& where) {
-    if (j.contains(key) && !j.at(key).is_null() && j.at(key) != "")
-      fail(where + "." + key, "must be empty, got " + j.at(key).dump());
-  };
+  parse_tokenizer_json(text, reader, check);
+  check_qwen_configuration(reader.root, check);
+  const ByteLevelDecoder byte_level;
+  IdBytes ids(check);
+  read_vocab(reader, byte_level, ids, check);
+  const size_t num_bpe = ids.bytes.size();
+  read_added_tokens(reader.root, num_bpe, ids, check);
+  const uint64_t fp = build_id_tables(ids.bytes, num_bpe, check);
+  const uint64_t merges_fp = read_merges(reader, byte_level, check);
+  whole_ = std::make_unique<std::atomic<uint8_t>[]>(num_bpe);
+  for (size_t id = 0; id < num_bpe; ++id) whole_[id].store(0, std::memory_order_relaxed);
+  fingerprint_ = mix64(fp ^ merges_fp);
+}
 
-  // Normalizer, pre-tokenizer and decoder: exactly Qwen's.
-  const json& norm = expect(doc, "normalizer", "normalizer");
-  expect_str(expect(norm, "type", "normalizer"), "NFC", "normalizer.type");
-  const json& pre = expect(doc, "pre_tokenizer", "pre_tokenizer");
-  expect_str(expect(pre, "type", "pre_tokenizer"), "Sequence", "pre_tokenizer.type");
-  const json& seq = expect(pre, "pretokenizers", "pre_tokenizer");
-  if (!seq.is_array() || seq.size() != 2) fail("pre_tokenizer.pretokenizers", "expected [Split, ByteLevel]");
-  expect_str(expect(seq[0], "type", "pre_tokenizer.pretokenizers[0]"), "Split", "pre_tokenizer.pretokenizers[0].type");
-  expect_str(expect(expect(seq[0], "pattern", "pre_tokenizer.pretokenizers[0]"), "Regex",
-                    "pre_tokenizer.pretokenizers[0].pattern"),
-             kQwenPattern, "pre_tokenizer.pretokenizers[0].pattern.Regex");
-  expect_str(expect(seq[0], "behavior", "pre_tokenizer.pretokenizers[0]"), "Isolated",
-             "pre_tokenizer.pretokenizers[0].behavior");
-  expect_false(seq[0], "invert", "pre_tokenizer.pretokenizers[0]");
-  expect_str(expect(seq[1], "type", "pre_tokenizer.pretokenizers[1]"), "ByteLevel", "pre_tokenizer.pretokenizers[1].type");
-  expect_false(seq[1], "add_prefix_space", "pre_tokenizer.pretokenizers[1]");
-  expect_false(seq[1], "use_regex", "pre_tokenizer.pretokenizers[1]");
-  if (doc.contains("decoder") && !doc["decoder"].is_null())
-    expect_str(expect(doc["decoder"], "type", "decoder"), "ByteLevel", "decoder.type");
-
-  const json& model = expect(doc, "model", "model");
-  expect_str(expect(model, "type", "model"), "BPE", "model.type");
-  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0.0)
-    fail("model.dropout", "must be null, got " + model["dropout"].dump());
-  expect_false(model, "byte_fallback", "model");
-  expect_false(model, "ignore_merges", "model");
-  expect_empty(model, "continuing_subword_prefix", "model");
-  expect_empty(model, "end_of_word_suffix", "model");
-
-  // Vocabulary: byte-level strings -> raw bytes.
-  const std::array<char32_t, 256> alphabet = byte_level_alphabet();
-  std::array<int, 512> byte_of_cp;
-  byte_of_cp.fill(-1);
-  for (int b = 0; b < 256; ++b) byte_of_cp[alphabet[size_t(b)]] = b;
-  if (!reader.saw_vocab || reader.vocab.empty()) fail("model.vocab", "missing or empty");
-  std::vector<std::string> bytes;
-  std::vector<bool> seen;
-  auto assign = [&](int64_t id, std::string b, const std::string& where) {
-    if (id < 0 || id > 100'000'000) fail(where, "id " + std::to_string(id) + " out of range");
-    if (size_t(id) >= bytes.size()) { bytes.resize(size_t(id) + 1); seen.resize(size_t(id) + 1, false); }
-    if (seen[size_t(id)]) fail(where, "id " + std::to_string(id) + " is used twice");
-    seen[size_t(id)] = true;
-    bytes[size_t(id)] = std::move(b);
-  };
-  for (auto& [str, id] : reader.vocab) {
-    const std::string& s = str;
-    std::string raw;
-    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-    for (size_t i = 0; i < s.size();) {
-      char32_t cp;
-      i += size_t(decode_utf8(p + i, cp));
-      if (cp >= byte_of_cp.size() || byte_of_cp[cp] < 0)
-        fail("model.vocab[" + json(s).dump() + "]", "character outside the byte-level alphabet");
-      raw.push_back(char(byte_of_cp[cp]));
-    }
-    assign(id, std::move(raw), "model.vocab[" + json(s).dump() + "]");
-  }
-  const size_t num_bpe = bytes.size();
-  for (size_t id = 0; id < num_bpe; ++id)
-    if (!seen[id]) fail("model.vocab", "ids are not contiguous: " + std::to_string(id) + " is missing");
-
-  // Added tokens: matched in the raw text before anything else.
-  const json& added = expect(doc, "added_tokens", "added_tokens");
+// Added tokens: matched in the raw text before anything else, leftmost-longest; the ids past the
+// BPE vocabulary get their bytes here, and one of them must be <|endoftext|>.
+void Qwen3Tokenizer::read_added_tokens(const json& doc, size_t num_bpe, IdBytes& ids, const JsonCheck& check) {
+  const json& added = check.member(doc, "added_tokens", "added_tokens");
   for (size_t k = 0; k < added.size(); ++k) {
     const std::string where = "added_tokens[" + std::to_string(k) + "]";
     const json& a = added[k];
-    const std::string content = expect(a, "content", where).get<std::string>();
-    const int64_t id = expect(a, "id", where).get<int64_t>();
-    for (const char* key : {"lstrip", "rstrip", "single_word", "normalized"}) expect_false(a, key, where);
-    if (content.empty()) fail(where, "empty content");
+    const std::string content = check.member(a, "content", where).get<std::string>();
+    const int64_t id = check.member(a, "id", where).get<int64_t>();
+    for (const char* key : {"lstrip", "rstrip", "single_word", "normalized"}) check.is_false(a, key, where);
+    if (content.empty()) check.fail(where, "empty content");
     if (size_t(id) < num_bpe) {
-      if (bytes[size_t(id)] != content) fail(where, "id " + std::to_string(id) + " already names another token");
+      if (ids.bytes[size_t(id)] != content) check.fail(where, "id " + std::to_string(id) + " already names another token");
     } else {
-      assign(id, content, where);
+      ids.assign(id, content, where);
     }
     added_.push_back({content, int32_t(id)});
   }
-  for (size_t id = 0; id < bytes.size(); ++id)
-    if (!seen[id]) fail("added_tokens", "ids are not contiguous: " + std::to_string(id) + " is missing");
+  ids.check_contiguous("added_tokens");
   std::vector<int32_t> order(added_.size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = int32_t(k);
   std::stable_sort(order.begin(), order.end(),
@@ -456,9 +524,12 @@ void Qwen3Tokenizer::load(const std::string& text) {
   for (int32_t k : order) added_by_first_byte_[uint8_t(added_[size_t(k)].text[0])].push_back(k);
   for (const Added& a : added_)
     if (a.text == "<|endoftext|>") eos_ = a.id;
-  if (eos_ < 0) fail("added_tokens", "no <|endoftext|> token (deepen's document separator)");
+  if (eos_ < 0) check.fail("added_tokens", "no <|endoftext|> token (deepen's document separator)");
+}
 
-  // Id -> bytes pool, classes, fingerprint.
+// Id -> bytes pool, classes, the word table over the BPE entries and the 256 byte tokens; returns
+// the fingerprint of the ids' bytes.
+uint64_t Qwen3Tokenizer::build_id_tables(const std::vector<std::string>& bytes, size_t num_bpe, const JsonCheck& check) {
   offsets_.reserve(bytes.size() + 1);
   offsets_.push_back(0);
   uint64_t fp = hash64("qwen3-bpe");
@@ -474,7 +545,6 @@ void Qwen3Tokenizer::load(const std::string& text) {
                                                    : TokenClass::kContent;
   for (const Added& a : added_) classes_[size_t(a.id)] = TokenClass::kSpecial;
 
-  // Word table over the BPE entries.
   size_t cap = 1024;
   while (cap < num_bpe + num_bpe / 2) cap <<= 1;  // load <= 2/3: short probes, 4 MB for Qwen3
   words_.assign(cap, WordSlot{});
@@ -488,40 +558,32 @@ void Qwen3Tokenizer::load(const std::string& text) {
   byte_ids_.fill(-1);
   for (int b = 0; b < 256; ++b) {
     const int32_t id = find_word(std::string(1, char(b)));
-    if (id < 0) fail("model.vocab", "byte " + std::to_string(b) + " has no token (byte-level BPE needs all 256)");
+    if (id < 0) check.fail("model.vocab", "byte " + std::to_string(b) + " has no token (byte-level BPE needs all 256)");
     byte_ids_[size_t(b)] = id;
   }
+  return fp;
+}
 
-  // Merges: rank = position in the list.
-  if (!reader.saw_merges) fail("model.merges", "missing");
+// Merges: rank = position in the list. Returns their fingerprint.
+uint64_t Qwen3Tokenizer::read_merges(const TokenizerJsonReader& reader, const ByteLevelDecoder& byte_level,
+                                     const JsonCheck& check) {
+  if (!reader.saw_merges) check.fail("model.merges", "missing");
   merges_.init(reader.merges.size());
   std::string ra, rb;
-  auto to_raw = [&](const std::string& in, std::string& raw, size_t r) {
-    raw.clear();
-    const auto* p = reinterpret_cast<const unsigned char*>(in.data());
-    for (size_t i = 0; i < in.size();) {
-      char32_t cp;
-      i += size_t(decode_utf8(p + i, cp));
-      if (cp >= byte_of_cp.size() || byte_of_cp[cp] < 0)
-        fail("model.merges[" + std::to_string(r) + "]", "character outside the byte-level alphabet");
-      raw.push_back(char(byte_of_cp[cp]));
-    }
-  };
   uint64_t merges_fp = hash64("merges");
   for (size_t r = 0; r < reader.merges.size(); ++r) {
-    to_raw(reader.merges[r].first, ra, r);
-    to_raw(reader.merges[r].second, rb, r);
+    const auto where = [r] { return "model.merges[" + std::to_string(r) + "]"; };  // only for an error
+    if (!byte_level.to_raw(reader.merges[r].first, ra) || !byte_level.to_raw(reader.merges[r].second, rb))
+      check.fail(where(), "character outside the byte-level alphabet");
     const int32_t ia = find_word(ra), ib = find_word(rb);
     ra += rb;
     const int32_t im = find_word(ra);
-    if (ia < 0 || ib < 0) fail("model.merges[" + std::to_string(r) + "]", "merges a token that is not in the vocabulary");
-    if (im < 0) fail("model.merges[" + std::to_string(r) + "]", "its result is not in the vocabulary");
+    if (ia < 0 || ib < 0) check.fail(where(), "merges a token that is not in the vocabulary");
+    if (im < 0) check.fail(where(), "its result is not in the vocabulary");
     merges_.insert(ia, ib, (uint64_t(r) << 32) | uint32_t(im));
     merges_fp = mix64(merges_fp ^ ((uint64_t(uint32_t(ia)) << 32) | uint32_t(ib)));
   }
-  whole_ = std::make_unique<std::atomic<uint8_t>[]>(num_bpe);
-  for (size_t id = 0; id < num_bpe; ++id) whole_[id].store(0, std::memory_order_relaxed);
-  fingerprint_ = mix64(fp ^ merges_fp);
+  return merges_fp;
 }
 
 void Qwen3Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {

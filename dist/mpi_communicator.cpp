@@ -413,30 +413,26 @@ std::unique_ptr<Request> MpiCommunicator::iall_gather_into(const at::Tensor& inp
   return std::make_unique<MpiRequest>(this, std::move(op));
 }
 
-std::vector<int64_t> MpiCommunicator::all_gather(int64_t value) {
-  std::vector<int64_t> out(size_);
+template <class T>
+std::vector<T> MpiCommunicator::all_gather_value(T value, MPI_Datatype type, const char* what) {
+  std::vector<T> out(size_);
   Op op;
-  op.what = "all_gather(int64)";
+  op.what = what;
   check_open(op.what);
   MPI_Request r;
-  check_mpi(MPI_Iallgather(&value, 1, MPI_INT64_T, out.data(), 1, MPI_INT64_T, comm_, &r), "MPI_Iallgather");
+  check_mpi(MPI_Iallgather(&value, 1, type, out.data(), 1, type, comm_, &r), "MPI_Iallgather");
   op.requests.push_back(r);
   op.expected_bytes.push_back(-1);
   wait(op);
   return out;
 }
 
+std::vector<int64_t> MpiCommunicator::all_gather(int64_t value) {
+  return all_gather_value(value, MPI_INT64_T, "all_gather(int64)");
+}
+
 std::vector<uint64_t> MpiCommunicator::all_gather(uint64_t value) {
-  std::vector<uint64_t> out(size_);
-  Op op;
-  op.what = "all_gather(uint64)";
-  check_open(op.what);
-  MPI_Request r;
-  check_mpi(MPI_Iallgather(&value, 1, MPI_UINT64_T, out.data(), 1, MPI_UINT64_T, comm_, &r), "MPI_Iallgather");
-  op.requests.push_back(r);
-  op.expected_bytes.push_back(-1);
-  wait(op);
-  return out;
+  return all_gather_value(value, MPI_UINT64_T, "all_gather(uint64)");
 }
 
 void MpiCommunicator::barrier() {

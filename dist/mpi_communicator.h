@@ -84,6 +84,10 @@ class MpiCommunicator final : public Communicator {
   void reduce_in_place(const at::Tensor& tensor, const std::string& what);
   // Posts that sum (fp32/fp64/integer `work`) without waiting.
   Op post_reduce(const at::Tensor& work, const std::string& what);
+  // One value from every rank, in rank order (abortable, as the collectives above): the int64 and
+  // uint64 all_gather.
+  template <class T>
+  std::vector<T> all_gather_value(T value, MPI_Datatype type, const char* what);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;

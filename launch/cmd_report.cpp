@@ -20,8 +20,7 @@ void register_report_command(CLI::App& app) {
   cmd->callback([paths, options, no_plots] {
     options->plots = !*no_plots;
     const Report report = write_report(*paths, *options);
-    std::cout << report_markdown(report) << "\nreport: wrote " << options->out_dir
-              << "/{report.md,report.csv,comparisons.csv,runs.csv} and plots\n";
+    std::cout << report_markdown(report) << "\n" << report_files_line(report, options->out_dir) << "\n";
   });
 }
 

@@ -380,6 +380,19 @@ bool use_fused_swiglu_mlp(CpuKernels kernels, const at::Tensor& x, int64_t inter
 
 }  // namespace
 
+DecoderSpec decoder_spec_from(const Qwen3Config& config) {
+  DecoderSpec spec;
+  spec.hidden = config.hidden_size;
+  spec.heads = config.num_attention_heads;
+  spec.kv_heads = config.num_key_value_heads;
+  spec.head_dim = config.head_dim;
+  spec.intermediate = config.intermediate_size;
+  spec.rope_theta = config.rope_theta;
+  spec.rms_eps = config.rms_norm_eps;
+  spec.attention_bias = config.attention_bias;
+  return spec;
+}
+
 void validate_decoder_spec(const DecoderSpec& spec, const std::string& where) {
   auto positive = [&](const char* name, int64_t v) {
     if (v <= 0) throw InputError(where + ": " + name + " must be positive, got " + std::to_string(v));

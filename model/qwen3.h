@@ -9,6 +9,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "model/cpu_kernel_choice.h"
+#include "model/hf_config.h"
 #include "model/recompute.h"
 
 namespace deepen {
@@ -46,6 +47,11 @@ at::Tensor in_compute_dtype(const at::Tensor& w, at::ScalarType compute);
 
 // Throws InputError "<where>: <field> ..." when a size is not positive or heads % kv_heads != 0.
 void validate_decoder_spec(const DecoderSpec& spec, const std::string& where);
+
+// The layer shapes of a Hugging Face Qwen3 config.json, for the teacher's stages and for a student
+// read back from its export; the execution fields (cpu_kernels, recompute, compute_dtype) keep their
+// defaults.
+DecoderSpec decoder_spec_from(const Qwen3Config& config);
 
 // Where RMSNorm sits relative to the residual add.
 //   pre  (Qwen3):  h = x + attn(norm1(x));   y = h + mlp(norm2(h))   final norm before the head

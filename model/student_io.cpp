@@ -184,14 +184,7 @@ std::shared_ptr<GrowableStudent> load_student_hf(const std::string& dir, at::Sca
     extra = nlohmann::json::parse(text.str());  // read_qwen3_config has validated it already
   }
   StudentSpec spec;
-  spec.decoder.hidden = config.hidden_size;
-  spec.decoder.heads = config.num_attention_heads;
-  spec.decoder.kv_heads = config.num_key_value_heads;
-  spec.decoder.head_dim = config.head_dim;
-  spec.decoder.intermediate = config.intermediate_size;
-  spec.decoder.rope_theta = config.rope_theta;
-  spec.decoder.rms_eps = config.rms_norm_eps;
-  spec.decoder.attention_bias = config.attention_bias;
+  spec.decoder = decoder_spec_from(config);
   spec.vocab_size = config.vocab_size;
   spec.tie_embeddings = config.tie_word_embeddings;
   spec.dtype = dtype;

@@ -9,20 +9,6 @@
 #include "model/tensor_bridge.h"
 
 namespace deepen {
-
-DecoderSpec decoder_spec_from(const Qwen3Config& config) {
-  DecoderSpec spec;
-  spec.hidden = config.hidden_size;
-  spec.heads = config.num_attention_heads;
-  spec.kv_heads = config.num_key_value_heads;
-  spec.head_dim = config.head_dim;
-  spec.intermediate = config.intermediate_size;
-  spec.rope_theta = config.rope_theta;
-  spec.rms_eps = config.rms_norm_eps;
-  spec.attention_bias = config.attention_bias;
-  return spec;
-}
-
 namespace {
 
 // Copies one checked checkpoint tensor into a module parameter (cast to its dtype and device).

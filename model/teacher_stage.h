@@ -14,9 +14,6 @@
 
 namespace deepen {
 
-// DecoderSpec of a checkpoint's layers.
-DecoderSpec decoder_spec_from(const Qwen3Config& config);
-
 // Stage of a pipeline over layers [first, last):
 //   is_first: owns model.embed_tokens; forward takes ids [B, T] int64.
 //   otherwise forward takes the previous stage's hidden [B, T, hidden] (cast to the stage dtype).

@@ -308,29 +308,31 @@ bool layout_offered(const ClusterSpec& c, int64_t T, int64_t P, int64_t S, RankO
   return true;
 }
 
-LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_t T, int64_t P, int64_t S,
-                               RankOrder order) {
-  LayoutEstimate e;
-  e.T = T;
-  e.P = P;
-  e.S = S;
-  e.order = order;
-  e.devices = T * P + S;
-  const int64_t gpn = c.gpus_per_node;
-  const double threads = c.shared_cores > 0 ? static_cast<double>(c.threads_per_rank) : 1.0;
-  const double teacher_rate = c.flops * c.teacher_mfu * threads;  // FLOP/s of one teacher rank
-  const double student_rate = c.flops * c.mfu * threads;
-  auto link = [&](int64_t a, int64_t b) { return node_of(a, gpn) == node_of(b, gpn) ? c.intra_bw : c.inter_bw; };
-  const RankLayout ranks = plan_rank_layout(in.teacher.layers, T, P, S, order);
+namespace {
 
-  // Teacher stages of every pipeline: compute, activations to the next stage, and for the last
-  // stage the logits to its students; sends overlap compute (streaming micro-batches). Students
-  // step together, so the pipeline with the slowest links sets the pace of all.
+// FLOP/s of one teacher or student rank: a device's, or a share of the pool's threads when ranks
+// share cores.
+double rank_flops(const ClusterSpec& c, double mfu) {
+  const double threads = c.shared_cores > 0 ? static_cast<double>(c.threads_per_rank) : 1.0;
+  return c.flops * mfu * threads;
+}
+
+// Bandwidth between two ranks: inside a node or between nodes.
+double link_bw(const ClusterSpec& c, int64_t a, int64_t b) {
+  return node_of(a, c.gpus_per_node) == node_of(b, c.gpus_per_node) ? c.intra_bw : c.inter_bw;
+}
+
+// Teacher stages of every pipeline: compute, activations to the next stage, and for the last stage
+// the logits to its students; sends overlap compute (streaming micro-batches). Students step
+// together, so the pipeline with the slowest links sets the pace of all. Fills the teacher and
+// channel rates of `e` (its T, P and S given).
+void estimate_teacher_supply(const PlanInput& in, const ClusterSpec& c, const RankLayout& ranks, LayoutEstimate& e) {
+  const int64_t T = e.T, P = e.P, S = e.S;
+  const double teacher_rate = rank_flops(c, c.teacher_mfu);
   const int64_t tokens_per_mb = in.micro_batch * in.seq_len;
   e.channel_bytes_per_token =
       logit_bytes_per_token(in.distill, in.teacher.vocab, tokens_per_mb, in.header_bytes, in.teacher.hidden);
   const bool teacher_head = in.distill.logits != TeacherOutput::kHidden;  // the hidden channel's last stage has none
-  const double head_on_students = student_teacher_head_flops_per_token(in.distill, in.teacher);
   const auto layers = stage_layers(in, P);
   const double act_bytes = static_cast<double>(in.teacher.hidden) * float_dtype_bytes(in.activation_dtype);
   double slowest = 0;
@@ -342,13 +344,13 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
       const double flops = forward_flops_per_token(in.teacher, layers[static_cast<size_t>(p)], in.seq_len, last && teacher_head);
       double time = flops / teacher_rate;
       if (!last) {
-        time = std::max(time, act_bytes / link(ranks.teacher_rank(t, p), ranks.teacher_rank(t, p + 1)));
+        time = std::max(time, act_bytes / link_bw(c, ranks.teacher_rank(t, p), ranks.teacher_rank(t, p + 1)));
       } else {
         // The last stage sends each student its micro-batches: per token of the pipeline, b bytes, over
         // the slowest link to any of its students.
         const std::vector<int> channel = ranks.group_ranks(GroupKind::kLogitChannel, t);
         double bw = c.intra_bw;
-        for (size_t i = 1; i < channel.size(); ++i) bw = std::min(bw, link(channel.front(), channel[i]));
+        for (size_t i = 1; i < channel.size(); ++i) bw = std::min(bw, link_bw(c, channel.front(), channel[i]));
         channel_send_s = std::max(channel_send_s, e.channel_bytes_per_token / bw);
         receive_bw = std::min(receive_bw, bw);
       }
@@ -364,10 +366,35 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
   // Channel: T senders, and S receivers each at its own link.
   e.channel_tokens_per_s = std::min(static_cast<double>(T) / channel_send_s,
                                     static_cast<double>(S) * receive_bw / e.channel_bytes_per_token);
+}
 
-  // Students per curriculum stage: compute per token, plus the gradient all-reduce once per step
-  // (ring: 2·(S−1)/S of the fp32 gradients over the slowest student link; under full sharding the
-  // per-micro-batch reduce-scatters and block gathers instead), not overlapped.
+// Seconds a student step at `depth` spends syncing gradients, not overlapped: the ring all-reduce
+// (2·(S−1)/S of the fp32 gradients over the slowest student link, `student_bw`); under full
+// sharding every micro-batch's reduce-scatter and block gathers instead.
+double student_sync_s(const PlanInput& in, int64_t S, int64_t depth, double student_bw, double tokens_per_student_step) {
+  if (S <= 1) return 0;
+  ModelShape st = in.student;
+  st.layers = depth;
+  const double grads = 4.0 * static_cast<double>(total_params(st));
+  const double ring = static_cast<double>(S - 1) / static_cast<double>(S) / student_bw;
+  if (in.sharding != Sharding::kFull) return 2.0 * ring * grads;  // none / grad_op: all-reduce = reduce-scatter + all-gather
+  // Every micro-batch: its gradients reduce-scattered, and each block gathered for the forward and
+  // again for the recomputed backward; after the update only the ends are gathered.
+  const double blocks = 4.0 * static_cast<double>(depth * block_params(st));
+  const double micro = tokens_per_student_step / static_cast<double>(in.micro_batch * in.seq_len);
+  return ring * (micro * grads + 2.0 * micro * blocks + (grads - blocks));
+}
+
+// Students per curriculum stage: compute per token plus the gradient sync once per step; each
+// stage's job rate is the least of teacher supply, student demand and (shared cores) the pool.
+// Fills the student and job rates, the curriculum means and the bottleneck of `e` (its teacher
+// side estimated).
+void estimate_student_demand(const PlanInput& in, const ClusterSpec& c, const RankLayout& ranks, LayoutEstimate& e) {
+  const int64_t S = e.S;
+  const int64_t gpn = c.gpus_per_node;
+  const double student_rate = rank_flops(c, c.mfu);
+  const bool teacher_head = in.distill.logits != TeacherOutput::kHidden;
+  const double head_on_students = student_teacher_head_flops_per_token(in.distill, in.teacher);
   std::vector<int64_t> depths = in.stage_depths;
   std::vector<double> weights = in.stage_tokens;
   if (depths.empty()) {
@@ -387,18 +414,7 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
   double worst_stage_time = -1;
   const double supply = std::min(e.teacher_tokens_per_s, e.channel_tokens_per_s);
   for (size_t k = 0; k < depths.size(); ++k) {
-    ModelShape st = in.student;
-    st.layers = depths[k];
-    const double grads = 4.0 * static_cast<double>(total_params(st));
-    const double ring = static_cast<double>(S - 1) / static_cast<double>(S) / student_bw;
-    double sync = S > 1 ? 2.0 * ring * grads : 0;  // none / grad_op: all-reduce = reduce-scatter + all-gather
-    if (S > 1 && in.sharding == Sharding::kFull) {
-      // Every micro-batch: its gradients reduce-scattered, and each block gathered for the forward
-      // and again for the recomputed backward; after the update only the ends are gathered.
-      const double blocks = 4.0 * static_cast<double>(depths[k] * block_params(st));
-      const double micro = tokens_per_student_step / static_cast<double>(in.micro_batch * in.seq_len);
-      sync = ring * (micro * grads + 2.0 * micro * blocks + (grads - blocks));
-    }
+    const double sync = student_sync_s(in, S, depths[k], student_bw, tokens_per_student_step);
     const double step =
         tokens_per_student_step * (train_flops_per_token(in.student, depths[k], in.seq_len) + head_on_students) / student_rate +
         sync;
@@ -428,14 +444,33 @@ LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_
   }
   e.mean_tokens_per_s = total_weight / total_time;
   e.supply_over_demand = demand_time / supply_time;  // (tokens/s supplied) / (tokens/s demanded)
+}
 
-  // Memory: the largest stage and a student at full depth (plan/memory_model.h).
-  e.teacher_stage_bytes = largest_teacher_stage(in, P).total();
-  e.student_bytes = student_memory(student_memory_input(with_students(in, S))).total();
+// Memory: the largest stage and a student at full depth (plan/memory_model.h), against 90% of a
+// device's.
+void estimate_memory(const PlanInput& in, const ClusterSpec& c, LayoutEstimate& e) {
+  e.teacher_stage_bytes = largest_teacher_stage(in, e.P).total();
+  e.student_bytes = student_memory(student_memory_input(with_students(in, e.S))).total();
   const double budget = 0.9 * c.memory;
   e.fits_memory = e.teacher_stage_bytes <= budget && e.student_bytes <= budget;
   e.memory_note = "teacher stage " + gib(e.teacher_stage_bytes) + " GiB, student " + gib(e.student_bytes) + " GiB (" +
-                  sharding_text(in.sharding, S) + ") of " + gib(c.memory) + " GiB";
+                  sharding_text(in.sharding, e.S) + ") of " + gib(c.memory) + " GiB";
+}
+
+}  // namespace
+
+LayoutEstimate estimate_layout(const PlanInput& in, const ClusterSpec& c, int64_t T, int64_t P, int64_t S,
+                               RankOrder order) {
+  LayoutEstimate e;
+  e.T = T;
+  e.P = P;
+  e.S = S;
+  e.order = order;
+  e.devices = T * P + S;
+  const RankLayout ranks = plan_rank_layout(in.teacher.layers, T, P, S, order);
+  estimate_teacher_supply(in, c, ranks, e);
+  estimate_student_demand(in, c, ranks, e);
+  estimate_memory(in, c, e);
   return e;
 }
 

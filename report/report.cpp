@@ -637,12 +637,11 @@ Report write_report(const std::vector<std::string>& paths, const ReportOptions& 
   // The runs are read where they ran: this machine's cores are the ones they shared.
   report.sweeps = find_scaling_sweeps(runs, std::max<int64_t>(1, std::thread::hardware_concurrency()));
   fs::create_directories(options.out_dir);
-  std::vector<std::string> images;
-  if (options.plots) images = write_report_plots(report, options, report.notes);
+  if (options.plots) report.images = write_report_plots(report, options, report.notes);
   std::string md = report_markdown(report) + teacher_sharing_markdown(find_shared_teacher_jobs(paths)) +
                    paper_tables_markdown(report) + scaling_markdown(report.sweeps);
   bool plots_heading = false;
-  for (const auto& img : images) {
+  for (const auto& img : report.images) {
     // The scaling figures sit in their own section (scaling_markdown links them).
     if (img.rfind("scaling_", 0) == 0 || img.size() <= 4 || img.substr(img.size() - 4) != ".png") continue;
     if (!plots_heading) md += "\n## Plots\n\n";
@@ -661,6 +660,18 @@ Report write_report(const std::vector<std::string>& paths, const ReportOptions& 
   write("runs.csv", runs_csv(report));
   if (!report.sweeps.empty()) write("scaling.csv", scaling_csv(report.sweeps));
   return report;
+}
+
+std::string report_files_line(const Report& report, const std::string& out_dir) {
+  std::string line = "report: " + (fs::path(out_dir) / "report.md").string() + ", with report.csv, comparisons.csv, runs.csv";
+  if (!report.sweeps.empty()) line += ", scaling.csv";
+  std::vector<std::string> plots;
+  for (const std::string& img : report.images)
+    if (img.size() > 4 && img.substr(img.size() - 4) == ".png") plots.push_back(img.substr(0, img.size() - 4));
+  if (plots.empty()) return line + "; no plots rendered";
+  line += " and " + std::to_string(plots.size()) + (plots.size() == 1 ? " plot" : " plots") + " as PNG and SVG (";
+  for (size_t i = 0; i < plots.size(); ++i) line += (i ? ", " : "") + plots[i];
+  return line + ")";
 }
 
 }  // namespace deepen

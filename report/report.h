@@ -168,6 +168,7 @@ struct Report {
   std::vector<Crossover> crossovers;
   std::vector<std::string> notes;       // runs skipped or unfinished, config mismatches
   std::vector<ScalingSweep> sweeps;     // layout sweeps among the runs (report/scaling.h); write_report fills it
+  std::vector<std::string> images;      // plots write_report rendered into its out_dir ("val_ce.png", "val_ce.svg", ...)
 };
 
 // Pure: the report of loaded runs.
@@ -206,5 +207,13 @@ struct ReportOptions {
 // Loads every run under `paths`, writes report.md, report.csv, comparisons.csv, runs.csv and the
 // plots into options.out_dir; returns the report (the caller prints the table).
 Report write_report(const std::vector<std::string>& paths, const ReportOptions& options);
+
+// The closing line of `deepen report` and the demo: what write_report wrote into `out_dir`, the plots
+// by name (each as PNG and SVG). Example: out_dir "r", images {"val_ce.png", "val_ce.svg",
+// "identity.png", "identity.svg"} ->
+//   "report: r/report.md, with report.csv, comparisons.csv, runs.csv and 2 plots as PNG and SVG (val_ce, identity)"
+// and without images "... runs.csv; no plots rendered" (--no-plots, no gnuplot, or no data: report.md's
+// notes say which).
+std::string report_files_line(const Report& report, const std::string& out_dir);
 
 }  // namespace deepen

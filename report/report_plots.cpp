@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -20,6 +21,7 @@ namespace {
 
 const std::vector<std::string> kClasses = {"first", "special", "structural", "content"};
 const std::vector<std::string> kClassColors = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd"};
+constexpr int kValCeWidth = 1100, kValCeHeight = 620;
 
 // Pre-norm dashed, post-norm solid, so the pair of one kind shares a colour.
 int dash(NormPlacement norm) { return norm == NormPlacement::kPre ? 2 : 1; }
@@ -56,8 +58,9 @@ std::string two_terminals(const std::string& name, int width, int height, const 
 }
 
 // The runs whose diagnostics are plotted: the first seed of every grow and freeze role.
-std::vector<std::pair<const RoleSummary*, const RunData*>> diagnosed_runs(const Report& report) {
-  std::vector<std::pair<const RoleSummary*, const RunData*>> out;
+using DiagnosedRun = std::pair<const RoleSummary*, const RunData*>;
+std::vector<DiagnosedRun> diagnosed_runs(const Report& report) {
+  std::vector<DiagnosedRun> out;
   for (const auto& s : report.roles)
     if (appends_blocks(s.kind) && !s.runs.empty()) out.push_back({&s, s.runs.front()});
   return out;
@@ -84,19 +87,8 @@ std::string class_panel(const std::string& file, int index, const std::string& t
   return panel.str();
 }
 
-}  // namespace
-
-std::vector<int64_t> report_growth_steps(const Report& report) {
-  std::set<int64_t> steps;
-  for (const auto& s : report.roles) {
-    if (!appends_blocks(s.kind)) continue;
-    for (const RunData* r : s.runs)
-      for (int64_t g : r->growth_steps()) steps.insert(g);
-  }
-  return {steps.begin(), steps.end()};
-}
-
-std::string val_ce_script(const Report& report, const std::vector<int64_t>& growth_steps) {
+// The validation-CE plot for one terminal (val_ce_script gives it both).
+std::string val_ce_body(const Report& report, const std::vector<int64_t>& growth_steps) {
   std::ostringstream body;
   body << "set title 'Validation CE (mean over seeds); dotted verticals: growth events'\n"
        << "set xlabel 'optimizer step'\nset ylabel 'validation CE (nats/token)'\n"
@@ -111,158 +103,162 @@ std::string val_ce_script(const Report& report, const std::vector<int64_t>& grow
     first = false;
   }
   body << "\n";
-  return two_terminals("val_ce", 1100, 620, body.str());
+  return body.str();
 }
 
-std::vector<std::string> write_report_plots(const Report& report, const ReportOptions& options,
-                                            std::vector<std::string>& notes) {
-  const fs::path dir(options.out_dir);
-  std::vector<std::string> scripts;  // plot names with a script ready
-  auto write = [&](const std::string& name, const std::string& text) {
-    std::ofstream out(dir / name, std::ios::trunc);
-    out << text;
-  };
+}  // namespace
 
-  // 1. Validation CE curves.
-  {
-    std::ostringstream dat;
-    int curves = 0;
-    for (const auto& s : report.roles) {
-      if (s.kind == RunKind::kPretrain) continue;
-      dat << "# " << s.role << ": step tokens val_ce (mean over " << s.runs.size() << " seeds)\n";
-      for (const auto& p : mean_curve(s)) dat << p.step << " " << p.tokens << " " << plot_number(p.val_ce) << "\n";
-      dat << "\n\n";
-      ++curves;
-    }
-    if (curves > 0) {
-      write("val_ce.dat", dat.str());
-      write("val_ce.gp", val_ce_script(report, report_growth_steps(report)));
-      scripts.push_back("val_ce");
-    } else {
-      notes.push_back("no validation curves to plot");
-    }
+std::vector<int64_t> report_growth_steps(const Report& report) {
+  std::set<int64_t> steps;
+  for (const auto& s : report.roles) {
+    if (!appends_blocks(s.kind)) continue;
+    for (const RunData* r : s.runs)
+      for (int64_t g : r->growth_steps()) steps.insert(g);
   }
+  return {steps.begin(), steps.end()};
+}
 
-  const auto runs = diagnosed_runs(report);
-  // 2. Residual RMS per token class over training: the boundary representation (the residual stream
-  //    an appended block would receive) at every diagnostic point of each grow/freeze run.
-  {
-    std::ostringstream dat, body;
-    int panels = 0;
-    std::vector<std::string> plots;
-    double lo = INFINITY, hi = 0;  // one y range for every panel, so pre and post compare by eye
-    for (const auto& [role, run] : runs) {
-      std::vector<const DiagnosticPoint*> pts;
-      for (const auto& d : run->diagnostics)
-        if (has_values(d.boundary_rms)) pts.push_back(&d);
-      if (pts.empty()) continue;
-      dat << "# " << role->role << " (" << run->dir << "): step depth rms[first special structural content]\n";
-      for (const DiagnosticPoint* d : pts) {
-        dat << d->step << " " << d->depth;
-        for (const auto& c : kClasses) dat << " " << value_or_nan(d->boundary_rms, c);
-        dat << "\n";
-        for (const auto& [c, v] : d->boundary_rms) {
-          if (v > 0) lo = std::min(lo, v);
-          hi = std::max(hi, v);
-        }
+std::string val_ce_script(const Report& report, const std::vector<int64_t>& growth_steps) {
+  return two_terminals("val_ce", kValCeWidth, kValCeHeight, val_ce_body(report, growth_steps));
+}
+
+namespace {
+
+// 1. Validation CE curves, one data block per role (mean over seeds); the paper's Figure 5b.
+std::optional<Figure> val_ce_figure(const Report& report) {
+  std::ostringstream dat;
+  int curves = 0;
+  for (const auto& s : report.roles) {
+    if (s.kind == RunKind::kPretrain) continue;
+    dat << "# " << s.role << ": step tokens val_ce (mean over " << s.runs.size() << " seeds)\n";
+    for (const auto& p : mean_curve(s)) dat << p.step << " " << p.tokens << " " << plot_number(p.val_ce) << "\n";
+    dat << "\n\n";
+    ++curves;
+  }
+  if (curves == 0) return std::nullopt;
+  return Figure{"val_ce", dat.str(), val_ce_body(report, report_growth_steps(report)), kValCeWidth, kValCeHeight};
+}
+
+// 2. Residual RMS per token class over training: the boundary representation (the residual stream
+//    an appended block would receive) at every diagnostic point of each grow/freeze run, a panel per
+//    run on one y range, so pre and post compare by eye.
+std::optional<Figure> residual_rms_figure(const std::vector<DiagnosedRun>& runs) {
+  std::ostringstream dat, body;
+  int panels = 0;
+  std::vector<std::string> plots;
+  double lo = INFINITY, hi = 0;
+  for (const auto& [role, run] : runs) {
+    std::vector<const DiagnosticPoint*> pts;
+    for (const auto& d : run->diagnostics)
+      if (has_values(d.boundary_rms)) pts.push_back(&d);
+    if (pts.empty()) continue;
+    dat << "# " << role->role << " (" << run->dir << "): step depth rms[first special structural content]\n";
+    for (const DiagnosticPoint* d : pts) {
+      dat << d->step << " " << d->depth;
+      for (const auto& c : kClasses) dat << " " << value_or_nan(d->boundary_rms, c);
+      dat << "\n";
+      for (const auto& [c, v] : d->boundary_rms) {
+        if (v > 0) lo = std::min(lo, v);
+        hi = std::max(hi, v);
       }
-      dat << "\n\n";
-      std::vector<bool> present(kClasses.size(), false);
-      for (const DiagnosticPoint* d : pts)
-        for (size_t c = 0; c < kClasses.size(); ++c) present[c] = present[c] || d->boundary_rms.count(kClasses[c]);
-      const std::string panel = class_panel("residual_rms.dat", panels, role->role + " seed " +
-                                            std::to_string(run->config.run.seed), 3, present, run->growth_steps());
-      plots.push_back(panel);
-      ++panels;
     }
-    if (panels > 0) {
-      const int cols = std::min(panels, 2);
-      const int rows = (panels + 1) / 2;
-      body << "set datafile missing 'NaN'\nset logscale y\nset grid\nset key bottom right\n"
-           << "set xlabel 'optimizer step'\nset ylabel 'RMS of the boundary representation'\n"
-           << "set multiplot layout " << rows << "," << cols << " title 'Residual-stream RMS per token class (dotted: growth)'\n";
-      if (hi > 0 && lo < hi) body << "set yrange [" << plot_number(lo / 1.25) << ":" << plot_number(hi * 1.25) << "]\n";
-      for (const auto& p : plots) body << p;
-      body << "unset multiplot\n";
-      write("residual_rms.dat", dat.str());
-      write("residual_rms.gp", two_terminals("residual_rms", 600 * cols, 420 * rows + 40, body.str()));
-      scripts.push_back("residual_rms");
-    } else {
-      notes.push_back("no residual RMS diagnostics in the grow runs: residual_rms plot not made");
-    }
+    dat << "\n\n";
+    std::vector<bool> present(kClasses.size(), false);
+    for (const DiagnosticPoint* d : pts)
+      for (size_t c = 0; c < kClasses.size(); ++c) present[c] = present[c] || d->boundary_rms.count(kClasses[c]);
+    const std::string panel = class_panel("residual_rms.dat", panels, role->role + " seed " +
+                                          std::to_string(run->config.run.seed), 3, present, run->growth_steps());
+    plots.push_back(panel);
+    ++panels;
   }
+  if (panels == 0) return std::nullopt;
+  const int cols = std::min(panels, 2);
+  const int rows = (panels + 1) / 2;
+  body << "set datafile missing 'NaN'\nset logscale y\nset grid\nset key bottom right\n"
+       << "set xlabel 'optimizer step'\nset ylabel 'RMS of the boundary representation'\n"
+       << "set multiplot layout " << rows << "," << cols << " title 'Residual-stream RMS per token class (dotted: growth)'\n";
+  if (hi > 0 && lo < hi) body << "set yrange [" << plot_number(lo / 1.25) << ":" << plot_number(hi * 1.25) << "]\n";
+  for (const auto& p : plots) body << p;
+  body << "unset multiplot\n";
+  return Figure{"residual_rms", dat.str(), body.str(), 600 * cols, 420 * rows + 40};
+}
 
-  // 3. Identity mapping of the last block before each growth: ||B(x)-x||/||x|| (top row) and
-  //    cos(B(x), x) (bottom row), one column per grow/freeze run, one line per token class.
-  {
-    std::ostringstream dat;
-    std::vector<std::string> top, bottom;
-    int index = 0;
-    for (const auto& [role, run] : runs) {
-      std::vector<const DiagnosticPoint*> pts;
-      for (const auto& d : run->diagnostics)
-        if ((d.event == "growth" || d.event == "stage_end") && (has_values(d.identity_rel) || has_values(d.identity_cos))) pts.push_back(&d);
-      if (pts.empty()) continue;
-      dat << "# " << role->role << " (" << run->dir
-          << "): depth step rel[first special structural content] cos[first special structural content]\n";
-      std::vector<bool> rel_present(kClasses.size(), false), cos_present(kClasses.size(), false);
-      for (const DiagnosticPoint* d : pts) {
-        dat << d->depth << " " << d->step;
-        for (size_t c = 0; c < kClasses.size(); ++c) {
-          dat << " " << value_or_nan(d->identity_rel, kClasses[c]);
-          rel_present[c] = rel_present[c] || d->identity_rel.count(kClasses[c]);
-        }
-        for (size_t c = 0; c < kClasses.size(); ++c) {
-          dat << " " << value_or_nan(d->identity_cos, kClasses[c]);
-          cos_present[c] = cos_present[c] || d->identity_cos.count(kClasses[c]);
-        }
-        dat << "\n";
+// 3. Identity mapping of the last block before each growth: ||B(x)-x||/||x|| (top row) and
+//    cos(B(x), x) (bottom row), one column per grow/freeze run, one line per token class.
+std::optional<Figure> identity_figure(const std::vector<DiagnosedRun>& runs) {
+  std::ostringstream dat;
+  std::vector<std::string> top, bottom;
+  int index = 0;
+  for (const auto& [role, run] : runs) {
+    std::vector<const DiagnosticPoint*> pts;
+    for (const auto& d : run->diagnostics)
+      if ((d.event == "growth" || d.event == "stage_end") && (has_values(d.identity_rel) || has_values(d.identity_cos))) pts.push_back(&d);
+    if (pts.empty()) continue;
+    dat << "# " << role->role << " (" << run->dir
+        << "): depth step rel[first special structural content] cos[first special structural content]\n";
+    std::vector<bool> rel_present(kClasses.size(), false), cos_present(kClasses.size(), false);
+    for (const DiagnosticPoint* d : pts) {
+      dat << d->depth << " " << d->step;
+      for (size_t c = 0; c < kClasses.size(); ++c) {
+        dat << " " << value_or_nan(d->identity_rel, kClasses[c]);
+        rel_present[c] = rel_present[c] || d->identity_rel.count(kClasses[c]);
       }
-      dat << "\n\n";
-      const std::string title = role->role + " seed " + std::to_string(run->config.run.seed);
-      top.push_back(class_panel("identity.dat", index, title, 3, rel_present, {}));
-      bottom.push_back(class_panel("identity.dat", index, title, 3 + static_cast<int>(kClasses.size()), cos_present, {}));
-      ++index;
+      for (size_t c = 0; c < kClasses.size(); ++c) {
+        dat << " " << value_or_nan(d->identity_cos, kClasses[c]);
+        cos_present[c] = cos_present[c] || d->identity_cos.count(kClasses[c]);
+      }
+      dat << "\n";
     }
-    if (index > 0) {
-      std::ostringstream body;
-      body << "set datafile missing 'NaN'\nset grid\nset key top right\nunset logscale y\n"
-           << "set xlabel 'depth before growth (the last block is measured)'\nset xtics 1\n"
-           << "set multiplot layout 2," << index << " title 'Identity mapping of the last block before each growth'\n"
-           << "set ylabel '||B(x) - x|| / ||x||'\n";
-      for (const auto& p : top) body << p;
-      body << "set ylabel 'cos(B(x), x)'\n";
-      for (const auto& p : bottom) body << p;
-      body << "unset multiplot\n";
-      write("identity.dat", dat.str());
-      write("identity.gp", two_terminals("identity", 420 * index + 80, 760, body.str()));
-      scripts.push_back("identity");
-    } else {
-      notes.push_back("no growth-event identity diagnostics in the grow runs: identity plot not made");
-    }
+    dat << "\n\n";
+    const std::string title = role->role + " seed " + std::to_string(run->config.run.seed);
+    top.push_back(class_panel("identity.dat", index, title, 3, rel_present, {}));
+    bottom.push_back(class_panel("identity.dat", index, title, 3 + static_cast<int>(kClasses.size()), cos_present, {}));
+    ++index;
   }
+  if (index == 0) return std::nullopt;
+  std::ostringstream body;
+  body << "set datafile missing 'NaN'\nset grid\nset key top right\nunset logscale y\n"
+       << "set xlabel 'depth before growth (the last block is measured)'\nset xtics 1\n"
+       << "set multiplot layout 2," << index << " title 'Identity mapping of the last block before each growth'\n"
+       << "set ylabel '||B(x) - x|| / ||x||'\n";
+  for (const auto& p : top) body << p;
+  body << "set ylabel 'cos(B(x), x)'\n";
+  for (const auto& p : bottom) body << p;
+  body << "unset multiplot\n";
+  return Figure{"identity", dat.str(), body.str(), 420 * index + 80, 760};
+}
 
-  // 4. The paper's figures (report/paper_figures.h); val_ce above is its Figure 5b.
-  std::vector<Figure> figures = paper_figures(report, notes);
-  for (Figure& f : scaling_figures(report.sweeps)) figures.push_back(std::move(f));  // report/scaling.h
-  for (const Figure& f : figures) {
-    write(f.name + ".dat", f.data);
-    write(f.name + ".gp", two_terminals(f.name, f.width, f.height, f.body));
-    scripts.push_back(f.name);
-  }
+// Every plot the report has data for, in the report's order: ours, then the paper's figures
+// (report/paper_figures.h) and the scaling figures (report/scaling.h); a plot without data becomes
+// a line in `notes`.
+std::vector<Figure> report_figures(const Report& report, std::vector<std::string>& notes) {
+  std::vector<Figure> figures;
+  if (std::optional<Figure> f = val_ce_figure(report)) figures.push_back(std::move(*f));
+  else notes.push_back("no validation curves to plot");
+  const std::vector<DiagnosedRun> runs = diagnosed_runs(report);
+  if (std::optional<Figure> f = residual_rms_figure(runs)) figures.push_back(std::move(*f));
+  else notes.push_back("no residual RMS diagnostics in the grow runs: residual_rms plot not made");
+  if (std::optional<Figure> f = identity_figure(runs)) figures.push_back(std::move(*f));
+  else notes.push_back("no growth-event identity diagnostics in the grow runs: identity plot not made");
+  for (Figure& f : paper_figures(report, notes)) figures.push_back(std::move(f));
+  for (Figure& f : scaling_figures(report.sweeps)) figures.push_back(std::move(f));
+  return figures;
+}
 
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+}
+
+// Runs gnuplot on <dir>/<name>.gp for each name; returns the images made (<name>.png, <name>.svg).
+std::vector<std::string> render_plots(const fs::path& dir, const std::vector<std::string>& names,
+                                      const std::string& gnuplot, std::vector<std::string>& notes) {
   std::vector<std::string> images;
-  if (scripts.empty()) return images;
-  const std::string gnuplot = find_in_path(options.gnuplot);
-  if (gnuplot.empty()) {
-    notes.push_back("gnuplot not found: plot scripts (*.gp) and data (*.dat) written, images not rendered");
-    return images;
-  }
   const std::string abs = fs::absolute(dir).string();
-  for (const auto& name : scripts) {
+  for (const auto& name : names) {
     // gnuplot resolves file names against its working directory: start the script with a cd.
     const std::string wrapper = "cd " + quoted(abs) + "\nload " + quoted(name + ".gp") + "\n";
-    write(name + ".run.gp", wrapper);
+    write_text(dir / (name + ".run.gp"), wrapper);
     ProcessSpec p;
     p.argv = {gnuplot, (dir / (name + ".run.gp")).string()};
     p.log_path = (dir / "gnuplot.log").string();
@@ -276,6 +272,26 @@ std::vector<std::string> write_report_plots(const Report& report, const ReportOp
     images.push_back(name + ".svg");
   }
   return images;
+}
+
+}  // namespace
+
+std::vector<std::string> write_report_plots(const Report& report, const ReportOptions& options,
+                                            std::vector<std::string>& notes) {
+  const fs::path dir(options.out_dir);
+  std::vector<std::string> names;  // plots with a script ready
+  for (const Figure& f : report_figures(report, notes)) {
+    write_text(dir / (f.name + ".dat"), f.data);
+    write_text(dir / (f.name + ".gp"), two_terminals(f.name, f.width, f.height, f.body));
+    names.push_back(f.name);
+  }
+  if (names.empty()) return {};
+  const std::string gnuplot = find_in_path(options.gnuplot);
+  if (gnuplot.empty()) {
+    notes.push_back("gnuplot not found: plot scripts (*.gp) and data (*.dat) written, images not rendered");
+    return {};
+  }
+  return render_plots(dir, names, gnuplot, notes);
 }
 
 }  // namespace deepen

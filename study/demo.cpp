@@ -194,8 +194,7 @@ int run_demo(const DemoOptions& options) {
   ro.out_dir = (fs::path(out) / "report").string();
   std::cout << "[4/4] report  (" << seconds_since(t0) << ")\n" << std::flush;
   const Report report = write_report({study_dir}, ro);
-  std::cout << "\n" << report_markdown(report) << "\nreport: " << ro.out_dir << "/report.md (plots: val_ce.png, "
-            << "residual_rms.png, identity.png; CSV: report.csv)\n"
+  std::cout << "\n" << report_markdown(report) << "\n" << report_files_line(report, ro.out_dir) << "\n"
             << "deepen demo: finished in " << seconds_since(t0) << "\n";
   return 0;
 }

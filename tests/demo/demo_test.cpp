@@ -95,6 +95,11 @@ TEST(Demo, SmallDemoWritesTheTableAndPlotsFromTheRunRecords) {
     EXPECT_TRUE(fs::exists(report / f)) << f << "\n" << md;
     if (fs::exists(report / f)) EXPECT_GT(fs::file_size(report / f), 1000u) << f;
   }
+  // The demo's closing line names every plot the report rendered (each a PNG and an SVG), not a few.
+  size_t pngs = 0;
+  for (const auto& e : fs::directory_iterator(report)) pngs += e.path().extension() == ".png" ? 1 : 0;
+  EXPECT_NE(log.find(std::to_string(pngs) + " plots as PNG and SVG (val_ce, residual_rms, identity, "), std::string::npos)
+      << pngs << " PNG files\n" << log;
   const std::string dat = read_file(report / "val_ce.dat");
   char last[64];
   std::snprintf(last, sizeof last, "%.8g", ce["post-grow"]);

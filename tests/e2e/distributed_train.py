@@ -60,47 +60,17 @@ import sys
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
-# CPU and MPI pinned: these runs are compared bit for bit, and on a one-GPU machine "auto" would
-# put several ranks on the same GPU. The fp32 CPU kernels pinned too: "auto" times them in every
-# process, and two processes may choose differently (a resumed rank repeats its own choices, but a
-# separate run, the single process or another rank, need not make the same ones).
-BASE = """
-[run]
-threads = 1
-device = "cpu"
-[data]
-tokenizer = "bytes"
-train = "{work}/data/train"
-valid = "{work}/data/valid"
-seq_len = 32
-[teacher]
-checkpoint = "{work}/teacher/final/hf"
-cpu_kernels = "fused"
-[student]
-cpu_kernels = "fused"
-layers = 3
-hidden = 32
-heads = 4
-kv_heads = 2
-head_dim = 8
-intermediate = 64
-[curriculum]
-mode = "grow"
-stage_steps = [3, 3, 3]
-[optim]
-lr = 3e-3
-warmup_steps = 2
-[parallel]
-micro_batch = 2
-grad_accum = 2
-[eval]
-every = 4
-batches = 4
-diagnostics_every = 4
-diagnostic_batch = 2
-[checkpoint]
-every = 2
-"""
+# The run every case trains (its layout, budget and options changed with --set), shared with the
+# trainer tests: CPU, MPI and the fp32 CPU kernels pinned there, as these runs are compared bit for
+# bit (on a one-GPU machine "auto" would put several ranks on the same GPU).
+TINY_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "tiny_run.toml")
+
+
+def tiny_run_toml(work):
+    """tests/fixtures/tiny_run.toml on the fixture's data and teacher; run.out_dir is always --set."""
+    with open(TINY_RUN) as f:
+        return f.read().format(name="run", out_dir=f"{work}/run", device="cpu", train=f"{work}/data/train",
+                               valid=f"{work}/data/valid", teacher=f"{work}/teacher/final/hf", keep=3)
 
 
 TEACHER = """
@@ -240,7 +210,7 @@ class Cases:
             f.write(TEACHER.format(work=self.work))
         run([self.deepen, "pretrain", os.path.join(self.work, "teacher.toml"), "--fresh", "--quiet"])
         with open(self.base, "w") as f:
-            f.write(BASE.format(work=self.work))
+            f.write(tiny_run_toml(self.work))
         print("fixture ready:", self.work)
 
     def layout(self, pipelines, stages, students):
@@ -356,7 +326,7 @@ class Cases:
         self.compare(single, dist, 1e-5, "paper protocol (init=teacher, reset, documents, alpha 0.7)", spread_stats=False)
 
     def global_base(self):
-        """BASE without grad_accum: it follows from parallel.global_batch and the students."""
+        """base.toml without grad_accum: it follows from parallel.global_batch and the students."""
         path = os.path.join(self.work, "base-global.toml")
         with open(self.base) as f:
             text = f.read()

@@ -6,17 +6,21 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
+#include "config/text_file.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
 #include "launch/job_plan.h"
 #include "launch/local_job.h"
 #include "model/student.h"
 #include "model/student_io.h"
+#include "tests/test_paths.h"
 
 namespace deepen::test {
 
@@ -66,43 +70,19 @@ class TinyWorld {
   std::string teacher_dir() const { return (root_ / "teacher").string(); }
   std::filesystem::path dir(const std::string& name) const { return root_ / name; }
 
-  // A 3-stage grow run (1, 2, 3 blocks, 3 steps each), evals every 4 steps and at stage ends,
-  // diagnostics every 4, checkpoints every 2 steps. The device is explicit: the exact-equality
-  // tests run on the CPU (some GPU reductions add in varying order).
+  // tests/fixtures/tiny_run.toml on this world: a 3-stage grow run (1, 2, 3 blocks, 3 steps each),
+  // evals every 4 steps and at stage ends, diagnostics every 4, checkpoints every 2 steps. The
+  // device is explicit: the exact-equality tests run on the CPU (some GPU reductions add in varying
+  // order).
   std::string toml(const std::string& name, const std::string& device = "cpu") const {
-    return R"(
-[run]
-threads = 1
-name = ")" + name + R"("
-out_dir = ")" + dir(name).string() + R"("
-device = ")" + device + R"("
-[data]
-tokenizer = "bytes"
-seq_len = 32
-train = ")" + (root_ / "train").string() + R"("
-valid = ")" + (root_ / "valid").string() + R"("
-[teacher]
-checkpoint = ")" + teacher_dir() + R"("
-)" + kTinyStudentShape + R"(
-[curriculum]
-mode = "grow"
-stages = [1, 2, 3]
-stage_steps = [3, 3, 3]
-[optim]
-lr = 3e-3
-warmup_steps = 2
-[parallel]
-micro_batch = 2
-grad_accum = 2
-[eval]
-every = 4
-batches = 2
-diagnostics_every = 4
-diagnostic_batch = 2
-[checkpoint]
-every = 2
-keep = 10
-)";
+    return fill_placeholders(read_file_text(kTinyRunToml, "test fixture"),
+                             {{"name", name},
+                              {"out_dir", dir(name).string()},
+                              {"device", device},
+                              {"train", (root_ / "train").string()},
+                              {"valid", (root_ / "valid").string()},
+                              {"teacher", teacher_dir()},
+                              {"keep", "10"}});
   }
   Config config(const std::string& name, const std::vector<std::string>& sets = {},
                 const std::string& device = "cpu") const {
@@ -128,6 +108,15 @@ keep = 10
       if (word.back() == '\n') ends.push_back(ids.size());
     }
     write_shard(path.string(), ids, static_cast<uint64_t>(tok.vocab_size()), tok.fingerprint(), ends);
+  }
+  // `text` with every {key} of `values` replaced; a placeholder left over is a broken fixture.
+  static std::string fill_placeholders(std::string text, const std::map<std::string, std::string>& values) {
+    for (const auto& [key, value] : values)
+      for (size_t at = text.find("{" + key + "}"); at != std::string::npos; at = text.find("{" + key + "}", at + value.size()))
+        text.replace(at, key.size() + 2, value);
+    if (const size_t left = text.find('{'); left != std::string::npos)
+      throw std::logic_error(std::string(kTinyRunToml) + ": no value for " + text.substr(left, text.find('}', left) - left + 1));
+    return text;
   }
   std::filesystem::path root_;
 };

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "config/config.h"
 #include "config/input_error.h"
 #include "model/student_io.h"
 #include "tests/model/order_one_weights.h"
@@ -131,6 +132,7 @@ TEST(DeepenExport, CommandWritesTheFolderAndSaysWhenTransformersCannotRunIt) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(load_student_hf(tmp + "/pre_hf")->parameter_checksum(), pre.parameter_checksum());
   EXPECT_EQ(r.output.find("cannot run it"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("pre-norm student, 2 layers -> "), std::string::npos) << r.output;
   r = test::run_command(std::string(test::kDeepenBin) + " export --checkpoint " + tmp + "/ckpt --out " + tmp +
                         "/post_hf");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -138,6 +140,27 @@ TEST(DeepenExport, CommandWritesTheFolderAndSaysWhenTransformersCannotRunIt) {
   r = test::run_command(std::string(test::kDeepenBin) + " export --checkpoint " + tmp + "/absent --out " + tmp +
                         "/x");
   EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
+// The student file knows its layers; the run folder it sits in knows how many make a block
+// (curriculum.block_layers in its config.toml), so the line gives both.
+TEST(DeepenExport, CommandCountsLayersAndTheRunsBlocks) {
+  const std::string tmp = test::temp_dir("export_blocks");
+  std::filesystem::create_directories(tmp + "/run/final");
+  std::ofstream(tmp + "/run/config.toml")
+      << to_toml(parse_config("[student]\nlayers = 4\n[curriculum]\nblock_layers = 2\n", "run"));
+  GrowableStudent student(spec_for(NormPlacement::kPre, true), 4, 1);
+  save_student(student, tmp + "/run/final/student.safetensors");
+  auto r = test::run_command(std::string(test::kDeepenBin) + " export --checkpoint " + tmp + "/run/final --out " + tmp +
+                             "/hf");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("pre-norm student, 4 layers (2 blocks of 2) -> "), std::string::npos) << r.output;
+  // The same file outside a run folder: layers only.
+  std::filesystem::copy_file(tmp + "/run/final/student.safetensors", tmp + "/alone.safetensors");
+  r = test::run_command(std::string(test::kDeepenBin) + " export --checkpoint " + tmp + "/alone.safetensors --out " +
+                        tmp + "/hf2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("pre-norm student, 4 layers -> "), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -1,12 +1,16 @@
 // TeacherStage: a pipeline of 2 or 3 stages gives the logits of one stage; a stage reads only its
-// own tensors and shards; bad checkpoints are errors naming the file and tensor.
+// own tensors and shards; bad checkpoints are errors naming the file and tensor; config.json's layer
+// shapes reach the stage's DecoderSpec.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <set>
+#include <tuple>
 
 #include "config/input_error.h"
+#include "model/hf_config.h"
 #include "model/layer_split.h"
+#include "model/qwen3.h"
 #include "model/teacher_stage.h"
 #include "model/tensor_bridge.h"
 #include "tests/model/qwen3_fixtures.h"
@@ -23,6 +27,21 @@ at::Tensor run_pipeline(const std::string& dir, int stages, const at::Tensor& id
     x = stage.forward(x);
   }
   return x;
+}
+
+// The teacher's stages and a student read back from its export build their layers from one mapping
+// of config.json: every layer shape comes from the file (distinct values, so a swapped field shows),
+// and how the layers execute stays at its defaults.
+TEST(DecoderSpecFrom, TakesEveryLayerShapeFromTheConfig) {
+  const DecoderSpec s = decoder_spec_from(parse_qwen3_config(R"({"model_type": "qwen3", "vocab_size": 512,
+      "hidden_size": 96, "intermediate_size": 224, "num_hidden_layers": 2, "num_attention_heads": 6,
+      "num_key_value_heads": 3, "head_dim": 20, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
+      "attention_bias": true})", "config.json"));
+  EXPECT_EQ(std::tuple(s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate), std::tuple(96, 6, 3, 20, 224));
+  EXPECT_EQ(std::tuple(s.rope_theta, s.rms_eps, s.attention_bias), std::tuple(5e5, 1e-5, true));
+  const DecoderSpec defaults;
+  EXPECT_EQ(std::tuple(s.cpu_kernels, s.recompute, s.compute_dtype),
+            std::tuple(defaults.cpu_kernels, defaults.recompute, defaults.compute_dtype));
 }
 
 TEST(SplitLayers, BalancedWithTheRemainderOnTheFirstStages) {

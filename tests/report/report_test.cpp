@@ -480,6 +480,18 @@ TEST(Report, PlotsAreRenderedFromTheRecordsWithGrowthEventsMarked) {
   std::stringstream text;
   text << md.rdbuf();
   EXPECT_NE(text.str().find("![val_ce.png](val_ce.png)"), std::string::npos);
+  EXPECT_NE(report_files_line(r, o.out_dir).find("plots as PNG and SVG (val_ce, residual_rms, identity, "), std::string::npos)
+      << report_files_line(r, o.out_dir);
+}
+
+// The closing line of `deepen report` and the demo: the report, its CSV files, and every rendered
+// plot once by name (its PNG and SVG), or that none was.
+TEST(Report, FilesLineNamesEveryRenderedPlotOnce) {
+  Report r;
+  EXPECT_EQ(report_files_line(r, "r"), "report: r/report.md, with report.csv, comparisons.csv, runs.csv; no plots rendered");
+  r.images = {"val_ce.png", "val_ce.svg", "identity.png", "identity.svg"};
+  EXPECT_EQ(report_files_line(r, "r"),
+            "report: r/report.md, with report.csv, comparisons.csv, runs.csv and 2 plots as PNG and SVG (val_ce, identity)");
 }
 
 // The paper's tables from the synthetic study: numbers recomputed from the records' closed forms.
