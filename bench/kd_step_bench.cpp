@@ -31,6 +31,7 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -94,7 +95,7 @@ int run(const Options& o) {
                             std::to_string(o.vocab) + " > /dev/null";
     if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
   }
-  const bool hidden_targets = o.targets == "hidden";
+  const bool hidden_targets = std::map<std::string, bool>{{"logits", false}, {"hidden", true}}.at(o.targets);
   const int layers = static_cast<int>(o.teacher_layers);
   auto teacher = deepen::TeacherStage::load(teacher_dir, 0, layers, true, true, at::kFloat, at::kCPU,
                                             deepen::CpuKernels::kAuto, !hidden_targets);
