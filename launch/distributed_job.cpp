@@ -14,11 +14,12 @@
 #include "dist/rank_layout.h"
 #include "dist/run_device.h"
 #include "dist/teacher_pipeline.h"
+#include "launch/fault_injection.h"
 #include "launch/job_control.h"
 #include "launch/job_parts.h"
+#include "launch/startup_checks.h"
 #include "model/cpu_kernel_choice.h"
 #include "model/teacher_stage.h"
-#include "run_folder/checkpoint_store.h"
 #include "run_folder/run_folder.h"
 #include "run_folder/step_time.h"
 #include "train/compute_threads.h"
@@ -26,40 +27,6 @@
 #include "train/student_trainer.h"
 
 namespace deepen {
-namespace {
-
-// Fault injection for tests (DEEPEN_FAULT_WRONG_BATCH=<student>:<step>): that student trains on
-// another step's batch at that step, the desync the logit channel's checksum must catch.
-class WrongBatchAt : public BatchSource {
- public:
-  WrongBatchAt(const BatchSource& inner, int64_t student, int64_t step) : inner_(inner), student_(student), step_(step) {}
-  MicroBatch train(int64_t step, int64_t student, int64_t micro) const override {
-    if (student != student_ || step != step_) return inner_.train(step, student, micro);
-    MicroBatch wrong = inner_.train(step + 1, student, micro);
-    wrong.step = step;
-    return wrong;
-  }
-  MicroBatch eval(int64_t index) const override { return inner_.eval(index); }
-  int64_t eval_batches() const override { return inner_.eval_batches(); }
-  MicroBatch diagnostic() const override { return inner_.diagnostic(); }
-
- private:
-  const BatchSource& inner_;
-  int64_t student_, step_;
-};
-
-std::unique_ptr<BatchSource> with_injected_faults(std::unique_ptr<BatchSource> batches,
-                                                  std::unique_ptr<BatchSource>& keep) {
-  const char* spec = std::getenv("DEEPEN_FAULT_WRONG_BATCH");
-  if (!spec) return batches;
-  int64_t student = 0, step = 0;
-  if (std::sscanf(spec, "%ld:%ld", &student, &step) != 2)
-    throw InputError(std::string("DEEPEN_FAULT_WRONG_BATCH: expected <student>:<step>, got ") + spec);
-  keep = std::move(batches);
-  return std::make_unique<WrongBatchAt>(*keep, student, step);
-}
-
-}  // namespace
 
 bool launched_with_several_ranks() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
@@ -70,19 +37,6 @@ bool launched_with_several_ranks() {
 
 namespace {
 
-// Student 0 chooses the checkpoint every rank resumes from; teachers start feeding at its step.
-// Returns the steps done (0: a fresh start).
-int64_t agree_on_resume_step(Communicator& world, const JobPlan& plan, bool resume, bool is_first_student,
-                             int first_student) {
-  at::Tensor resume_step = at::full({1}, int64_t{-1}, at::TensorOptions().dtype(at::kLong).device(world.device()));
-  if (is_first_student && resume) {
-    if (auto found = CheckpointStore(plan.run.cfg.run.out_dir, plan.run.cfg.checkpoint.keep).latest_valid())
-      resume_step.fill_(found->step);
-  }
-  world.broadcast(resume_step, first_student);
-  return resume_step.item<int64_t>() + 1;
-}
-
 struct RankContext {
   const JobPlan& plan;
   const JobOptions& options;
@@ -91,7 +45,8 @@ struct RankContext {
   RankGroups& groups;
   JobControl& control;
   at::Device device;
-  int64_t steps_done = 0;  // agreed resume point
+  int64_t steps_done = 0;         // agreed resume point
+  std::string resume_checkpoint;  // its folder (empty: a fresh start)
   int64_t end_step = 0;
 };
 
@@ -140,19 +95,18 @@ int run_student_rank(const RankContext& c) {
                                teacher_head_for_channel(c.plan, c.device));
   std::unique_ptr<BatchSource> real_batches;
   const std::unique_ptr<BatchSource> batches =
-      with_injected_faults(make_shard_batch_source(c.plan.run, c.tokenizer), real_batches);
+      inject_wrong_batch(make_shard_batch_source(c.plan.run, c.tokenizer), real_batches);
+  const std::unique_ptr<TeacherSource> nan_teacher = inject_nan_targets(teacher);
   StudentRun run;
   run.plan = c.plan.run;
   run.tokenizer = &c.tokenizer;
   run.batches = batches.get();
-  run.teacher = &teacher;
+  run.teacher = nan_teacher ? nan_teacher.get() : &teacher;
   run.group = &group;
   run.world_rank = c.mpi.rank();
   run.device = c.device;
   run.resume = c.steps_done > 0;
-  if (run.resume)
-    run.resume_checkpoint = CheckpointStore(run.plan.cfg.run.out_dir, run.plan.cfg.checkpoint.keep).root() + "/" +
-                            checkpoint_folder_name(c.steps_done - 1);
+  run.resume_checkpoint = c.resume_checkpoint;
   run.stop_after_steps = c.options.stop_after_steps;
   run.print_progress = c.options.print_progress;
   run.stop_requested = [&c](int64_t s) { return c.control.stop_at(s); };
@@ -179,6 +133,10 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
   }
 
   std::unique_ptr<Communicator> world = make_communicator(plan.backend, mpi, cfg.control.nccl_setup_timeout_s);
+  // The run folder's and the data's checks, by the first student for every rank: a job that fails
+  // them fails on every rank with the same error and leaves nothing in run.out_dir.
+  StartupChecks checks =
+      agree_on_startup(*world, plan, *tokenizer, options.resume, options.print_progress, first_student);
   // After the NCCL world (which picked the same GPU with the same rule and made it current).
   const int local_rank = node_local_rank([](const char* n) { return std::getenv(n); }, mpi.local_rank());
   const at::Device device = compute_device(plan, local_rank);
@@ -192,7 +150,8 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
   JobControl control(cfg, mpi.rank(), mpi.size(), mpi.hostnames(), world.get(), role, [&world] { world->abort(); });
 
   RankContext context{plan, options, *tokenizer, mpi, groups, control, device};
-  context.steps_done = agree_on_resume_step(*world, plan, options.resume, mpi.rank() == first_student, first_student);
+  context.steps_done = checks.steps_done;
+  context.resume_checkpoint = checks.resume_checkpoint;
   // Before any model runs: a resumed rank repeats the kernel choices it made before (same rounding).
   process_cpu_kernel_calibration().record_to(RunFolder(cfg.run.out_dir).cpu_kernel_choices(mpi.rank()),
                                              context.steps_done > 0);
@@ -200,8 +159,13 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
   if (options.stop_after_steps) context.end_step = std::min(context.end_step, *options.stop_after_steps);
   context.end_step = std::max(context.end_step, context.steps_done);
 
-  const int rc = me.is_teacher() ? run_teacher_rank(context) : run_student_rank(context);
-  world->barrier();
+  int rc = kExitFailure;
+  try {
+    rc = me.is_teacher() ? run_teacher_rank(context) : run_student_rank(context);
+    world->barrier();
+  } catch (...) {
+    control.leave_on_failure(std::current_exception());  // the reason reaches every rank's log
+  }
   control.shutdown(rc);
   return rc;
 }
