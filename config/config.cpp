@@ -270,6 +270,7 @@ void validate_data(const Checker& c, const DataConfig& d, const CurriculumConfig
   c.at_least("data.max_len", d.max_len, 1);
   c.at_least("data.replay_shard_tokens", d.replay_shard_tokens, 0);
   c.at_least("data.valid_documents", d.valid_documents, 0);
+  c.at_least("data.order_seed", d.order_seed, -1);
   if (d.packing != Packing::kDocuments) {
     if (d.replay_shard_tokens > 0) c.fail("data.replay_shard_tokens", "needs data.packing = \"documents\"");
     if (d.valid_documents > 0) c.fail("data.valid_documents", "needs data.packing = \"documents\"");
@@ -565,6 +566,8 @@ std::vector<ConfigDifference> config_differences(const Config& a, const Config& 
     if (ea[i].second != eb[i].second) out.push_back({ea[i].first, ea[i].second, eb[i].second});
   return out;
 }
+
+int64_t data_order_seed(const Config& cfg) { return cfg.data.order_seed >= 0 ? cfg.data.order_seed : cfg.run.seed; }
 
 std::vector<int64_t> stage_depths(const CurriculumConfig& cur) {
   std::vector<int64_t> out;

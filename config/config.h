@@ -54,6 +54,10 @@ struct DataConfig {
   // documents: the validation set is the first N documents of data.valid (eval covers all of
   // them every time, ceil(N / parallel.micro_batch) batches); 0 = eval.batches batches as before.
   int64_t valid_documents = 0;
+  // The seed of the training data's order (the sampler's permutations); -1 = run.seed. Runs that
+  // vary only their initialisation across seeds may share one order, and then one teacher pass
+  // (deepen study's shared teacher: study/teacher_groups.h).
+  int64_t order_seed = -1;
   // prep only:
   std::vector<std::string> sources;  // text files, folders, .jsonl or .parquet files to tokenize
   std::string jsonl_field = "text";  // field holding the document in JSONL sources
@@ -66,7 +70,7 @@ struct DataConfig {
   template <class V> void visit(V& v) {
     v("tokenizer", tokenizer); v("train", train); v("valid", valid); v("seq_len", seq_len);
     v("packing", packing); v("max_len", max_len); v("replay_shard_tokens", replay_shard_tokens);
-    v("valid_documents", valid_documents);
+    v("valid_documents", valid_documents); v("order_seed", order_seed);
     v("sources", sources); v("jsonl_field", jsonl_field); v("parquet_text_column", parquet_text_column);
     v("id_field", id_field); v("valid_fraction", valid_fraction);
     v("shard_tokens", shard_tokens);
@@ -313,6 +317,10 @@ struct Config {
     v("guard", guard);
   }
 };
+
+// The seed of the training data's order: data.order_seed, or run.seed when it is -1.
+// Example: run.seed 3, order_seed -1 -> 3; run.seed 3, order_seed 42 -> 42.
+int64_t data_order_seed(const Config& cfg);
 
 // Reads `path` (may be empty: defaults only), applies `overrides` ("section.key=value", TOML
 // syntax for the value, bare words taken as strings), validates. Throws InputError naming the

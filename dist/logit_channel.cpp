@@ -59,7 +59,7 @@ ChannelFormat channel_format(const DistillConfig& d) {
 }
 
 struct LogitChannelSender::InFlight {
-  at::Tensor header, payload, indices;
+  at::Tensor header, payload, indices;  // payload and indices shared with the item's other receivers
   std::unique_ptr<Request> header_req, payload_req, indices_req;
   // On the host: NCCL's stream-ordered wait would not bound the queue (see wait_on_host).
   void wait() {
@@ -70,8 +70,13 @@ struct LogitChannelSender::InFlight {
 };
 
 LogitChannelSender::LogitChannelSender(Communicator& channel, ChannelFormat format, int first_student,
-                                       int64_t max_in_flight)
-    : channel_(channel), format_(format), first_student_(first_student), max_in_flight_(max_in_flight) {}
+                                       int64_t max_in_flight, int runs, int students_per_pipeline)
+    : channel_(channel),
+      format_(format),
+      first_student_(first_student),
+      max_in_flight_(max_in_flight),
+      students_per_pipeline_(students_per_pipeline),
+      in_flight_(static_cast<size_t>(runs)) {}
 
 LogitChannelSender::~LogitChannelSender() {
   try {
@@ -81,42 +86,52 @@ LogitChannelSender::~LogitChannelSender() {
   }
 }
 
-void LogitChannelSender::send(const BatchKey& key, uint64_t checksum, const at::Tensor& output) {
-  while (static_cast<int64_t>(in_flight_.size()) >= max_in_flight_) {
-    in_flight_.front()->wait();
-    in_flight_.pop_front();
-  }
-  const int dst = 1 + static_cast<int>(key.student) - first_student_;
+void LogitChannelSender::send(const std::vector<Delivery>& to, uint64_t checksum, const at::Tensor& output) {
+  if (to.empty()) return;
   const at::Device wire = channel_.device();
   const at::Tensor rows = output.reshape({-1, output.size(-1)});
-  auto msg = std::make_unique<InFlight>();
-  const Payload payload = payload_for(format_, key.kind);
+  const BatchKind kind = to.front().key.kind;
+  const Payload payload = payload_for(format_, kind);
+  at::Tensor values, indices;
   if (payload == kTopk) {
     const TeacherTargets t = teacher_topk(rows, format_.k, format_.temperature, format_.vocab_chunk);
-    msg->payload = t.values.to(wire, at::kFloat).contiguous();
-    msg->indices = t.indices.to(wire, at::kInt).contiguous();
+    values = t.values.to(wire, at::kFloat).contiguous();
+    indices = t.indices.to(wire, at::kInt).contiguous();
   } else {
     // Full logits or hidden states: the rows as they are, in the wire dtype.
     const bool bf16 = payload == kFullBF16 || payload == kHiddenBF16;
-    msg->payload = rows.to(wire, bf16 ? at::kBFloat16 : at::kFloat).contiguous();
+    values = rows.to(wire, bf16 ? at::kBFloat16 : at::kFloat).contiguous();
   }
-  msg->header = at::tensor(std::vector<int64_t>{kMagic, static_cast<int64_t>(key.kind), key.step, key.student,
-                                                key.index, static_cast<int64_t>(checksum), rows.size(0),
-                                                static_cast<int64_t>(payload)},
-                           at::kLong)
-                    .to(wire);
-  msg->header_req = channel_.isend(msg->header, dst, kTagHeader);
-  msg->payload_req = channel_.isend(msg->payload, dst, kTagPayload);
-  if (msg->indices.defined()) msg->indices_req = channel_.isend(msg->indices, dst, kTagIndices);
-  bytes_ += static_cast<int64_t>(msg->header.nbytes() + msg->payload.nbytes() +
-                                 (msg->indices.defined() ? msg->indices.nbytes() : 0));
-  in_flight_.push_back(std::move(msg));
+  for (const Delivery& d : to) {
+    auto& queue = in_flight_.at(static_cast<size_t>(d.run));
+    while (static_cast<int64_t>(queue.size()) >= max_in_flight_) {
+      queue.front()->wait();
+      queue.pop_front();
+    }
+    const int dst = 1 + d.run * students_per_pipeline_ + static_cast<int>(d.key.student) - first_student_;
+    auto msg = std::make_unique<InFlight>();
+    msg->payload = values;
+    msg->indices = indices;
+    msg->header = at::tensor(std::vector<int64_t>{kMagic, static_cast<int64_t>(d.key.kind), d.key.step, d.key.student,
+                                                  d.key.index, static_cast<int64_t>(checksum), rows.size(0),
+                                                  static_cast<int64_t>(payload)},
+                             at::kLong)
+                      .to(wire);
+    msg->header_req = channel_.isend(msg->header, dst, kTagHeader);
+    msg->payload_req = channel_.isend(msg->payload, dst, kTagPayload);
+    if (msg->indices.defined()) msg->indices_req = channel_.isend(msg->indices, dst, kTagIndices);
+    bytes_ += static_cast<int64_t>(msg->header.nbytes() + msg->payload.nbytes() +
+                                   (msg->indices.defined() ? msg->indices.nbytes() : 0));
+    queue.push_back(std::move(msg));
+  }
 }
 
 void LogitChannelSender::flush() {
-  while (!in_flight_.empty()) {
-    in_flight_.front()->wait();
-    in_flight_.pop_front();
+  for (auto& queue : in_flight_) {
+    while (!queue.empty()) {
+      queue.front()->wait();
+      queue.pop_front();
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "config/config.h"
+#include "dist/teacher_schedule.h"
 #include "train/batch_order.h"
 #include "train/teacher_source.h"
 
@@ -50,15 +51,23 @@ ChannelFormat channel_format(const DistillConfig& distill);
 
 inline constexpr int kHeaderWords = 8;
 
-// Teacher side. send() returns once the message is queued; at most max_in_flight micro-batches
-// are outstanding (older ones are waited for first): back-pressure on a teacher that runs ahead.
+// Teacher side. send() returns once the messages are queued; at most max_in_flight micro-batches
+// are outstanding per run (that run's older ones are waited for first): back-pressure on a teacher
+// that runs ahead of a run's students, and a bound on the teacher's memory of
+// runs × max_in_flight payloads (fewer when runs share items: one payload serves every receiver).
+// The channel's ranks: 0 the last stage, then for each run r the pipeline's students
+// first_student .. first_student + students_per_pipeline - 1 (RankLayout::channel_rank).
 class LogitChannelSender {
  public:
-  LogitChannelSender(Communicator& channel, ChannelFormat format, int first_student, int64_t max_in_flight);
+  LogitChannelSender(Communicator& channel, ChannelFormat format, int first_student, int64_t max_in_flight,
+                     int runs = 1, int students_per_pipeline = 1);
   ~LogitChannelSender();
-  // The last stage's output for `key`'s ids (checksum), to that student: logits [..., V], or with
-  // format.hidden the final normalised hidden states [..., H].
-  void send(const BatchKey& key, uint64_t checksum, const at::Tensor& output);
+  // The last stage's output for one micro-batch (ids checksum `checksum`), to every receiver in `to`:
+  // logits [..., V], or with format.hidden the final normalised hidden states [..., H]. The payload
+  // is made once; each receiver gets its own header (its key) and the same payload.
+  void send(const std::vector<Delivery>& to, uint64_t checksum, const at::Tensor& output);
+  // A lone run's micro-batch, to the student whose key it is.
+  void send(const BatchKey& key, uint64_t checksum, const at::Tensor& output) { send({Delivery{0, key}}, checksum, output); }
   void flush();
   int64_t bytes_sent() const { return bytes_; }
 
@@ -68,7 +77,8 @@ class LogitChannelSender {
   ChannelFormat format_;
   int first_student_;
   int64_t max_in_flight_;
-  std::deque<std::unique_ptr<InFlight>> in_flight_;
+  int students_per_pipeline_;
+  std::vector<std::deque<std::unique_ptr<InFlight>>> in_flight_;  // per run
   int64_t bytes_ = 0;
 };
 

@@ -33,7 +33,8 @@ std::string join(const std::set<std::string>& xs) {
 
 }  // namespace
 
-RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teacher_layers, double head_layers) {
+RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teacher_layers, double head_layers,
+                            int runs) {
   const int64_t T = cfg.teacher_pipelines, P = cfg.teacher_stages, S = cfg.students;
   if (T < 1) throw InputError("parallel.teacher_pipelines: must be at least 1, got " + std::to_string(T));
   if (P < 1) throw InputError("parallel.teacher_stages: must be at least 1, got " + std::to_string(P));
@@ -42,11 +43,14 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teach
     throw InputError("parallel.students = " + std::to_string(S) +
                      " is not a multiple of parallel.teacher_pipelines = " + std::to_string(T) +
                      ": every pipeline must serve the same number of students");
-  if (T * P + S != world_size)
+  if (runs < 1) throw std::invalid_argument("make_rank_layout: " + std::to_string(runs) + " runs");
+  const int64_t R = runs;
+  if (T * P + R * S != world_size)
     throw InputError("world size " + std::to_string(world_size) +
                      " does not match parallel.teacher_pipelines (" + std::to_string(T) +
-                     ") x parallel.teacher_stages (" + std::to_string(P) + ") + parallel.students (" +
-                     std::to_string(S) + ") = " + std::to_string(T * P + S) +
+                     ") x parallel.teacher_stages (" + std::to_string(P) + ") + " +
+                     (R > 1 ? std::to_string(R) + " runs x " : std::string()) + "parallel.students (" +
+                     std::to_string(S) + ") = " + std::to_string(T * P + R * S) +
                      ": launch that many ranks or change parallel.*");
   const RankOrder order = cfg.rank_order;
   const std::vector<std::pair<int, int>> split = split_layers_with_head(teacher_layers, static_cast<int>(P), head_layers);
@@ -55,6 +59,7 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teach
   l.teacher_pipelines = static_cast<int>(T);
   l.teacher_stages = static_cast<int>(P);
   l.students = static_cast<int>(S);
+  l.runs = runs;
   l.world_size = world_size;
   l.teacher_layers = teacher_layers;
   l.order = order;
@@ -69,11 +74,14 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teach
       r.last_layer = split[p].second;
     }
   }
-  for (int s = 0; s < S; ++s) {
-    RankInfo& r = l.ranks[l.student_rank(s)];
-    r.role = RankRole::kStudent;
-    r.student = s;
-    r.pipeline = s / l.students_per_pipeline();
+  for (int run = 0; run < runs; ++run) {
+    for (int s = 0; s < S; ++s) {
+      RankInfo& r = l.ranks[l.student_rank(s, run)];
+      r.role = RankRole::kStudent;
+      r.student = s;
+      r.run = run;
+      r.pipeline = s / l.students_per_pipeline();
+    }
   }
   return l;
 }
@@ -82,22 +90,23 @@ int RankLayout::teacher_rank(int pipeline, int stage) const {
   if (pipeline < 0 || pipeline >= teacher_pipelines || stage < 0 || stage >= teacher_stages)
     throw std::out_of_range("RankLayout::teacher_rank: no pipeline " + std::to_string(pipeline) +
                             " stage " + std::to_string(stage));
-  if (order == RankOrder::kPipelines) return pipeline * (teacher_stages + students_per_pipeline()) + stage;
+  if (order == RankOrder::kPipelines) return pipeline * (teacher_stages + runs * students_per_pipeline()) + stage;
   return pipeline * teacher_stages + stage;
 }
 
-int RankLayout::student_rank(int student) const {
-  if (student < 0 || student >= students)
-    throw std::out_of_range("RankLayout::student_rank: no student " + std::to_string(student));
+int RankLayout::student_rank(int student, int run) const {
+  if (student < 0 || student >= students || run < 0 || run >= runs)
+    throw std::out_of_range("RankLayout::student_rank: no student " + std::to_string(student) + " of run " +
+                            std::to_string(run));
   if (order == RankOrder::kPipelines) {
     const int k = students_per_pipeline();
-    return (student / k) * (teacher_stages + k) + teacher_stages + student % k;
+    return (student / k) * (teacher_stages + runs * k) + teacher_stages + run * k + student % k;
   }
-  return teacher_ranks() + student;
+  return teacher_ranks() + run * students + student;
 }
 
 int RankLayout::group_count(GroupKind kind) const {
-  return kind == GroupKind::kStudents ? 1 : teacher_pipelines;
+  return kind == GroupKind::kStudents ? runs : teacher_pipelines;
 }
 
 std::vector<int> RankLayout::group_ranks(GroupKind kind, int index) const {
@@ -111,11 +120,12 @@ std::vector<int> RankLayout::group_ranks(GroupKind kind, int index) const {
     case GroupKind::kLogitChannel: {
       out.push_back(teacher_rank(index, teacher_stages - 1));
       const int k = students_per_pipeline();
-      for (int s = index * k; s < (index + 1) * k; ++s) out.push_back(student_rank(s));
+      for (int run = 0; run < runs; ++run)
+        for (int s = index * k; s < (index + 1) * k; ++s) out.push_back(student_rank(s, run));
       break;
     }
     case GroupKind::kStudents:
-      for (int s = 0; s < students; ++s) out.push_back(student_rank(s));
+      for (int s = 0; s < students; ++s) out.push_back(student_rank(s, index));
       break;
   }
   return out;
@@ -129,9 +139,9 @@ GroupSlot RankLayout::slot(int rank, GroupKind kind) const {
       return {};
     case GroupKind::kLogitChannel:
       if (r.is_teacher()) return r.stage == teacher_stages - 1 ? GroupSlot{r.pipeline, 0} : GroupSlot{};
-      return {r.pipeline, 1 + r.student % students_per_pipeline()};
+      return {r.pipeline, channel_rank(r.student, r.run)};
     case GroupKind::kStudents:
-      if (r.is_student()) return {0, r.student};
+      if (r.is_student()) return {r.run, r.student};
       return {};
   }
   return {};
@@ -140,7 +150,8 @@ GroupSlot RankLayout::slot(int rank, GroupKind kind) const {
 std::string RankLayout::describe() const {
   std::ostringstream o;
   o << "world " << world_size << " = " << teacher_pipelines << " teacher pipeline(s) x "
-    << teacher_stages << " stage(s) + " << students << " student(s); teacher has " << teacher_layers
+    << teacher_stages << " stage(s) + " << (runs > 1 ? std::to_string(runs) + " runs x " : std::string())
+    << students << " student(s); teacher has " << teacher_layers
     << " layers; rank order \"" << option_name(order) << "\"\n";
   for (int i = 0; i < world_size; ++i) {
     const RankInfo& r = ranks[i];
@@ -149,13 +160,16 @@ std::string RankLayout::describe() const {
       o << "teacher pipeline " << r.pipeline << " stage " << r.stage << ", layers [" << r.first_layer
         << ", " << r.last_layer << ")";
     else
-      o << "student " << r.student << ", fed by pipeline " << r.pipeline;
+      o << (runs > 1 ? "run " + std::to_string(r.run) + " " : std::string()) << "student " << r.student
+        << ", fed by pipeline " << r.pipeline;
     o << "\n";
   }
   for (int t = 0; t < teacher_pipelines; ++t)
     o << "  pipeline " << t << " = " << join(group_ranks(GroupKind::kTeacherPipeline, t))
       << ", logit channel " << t << " = " << join(group_ranks(GroupKind::kLogitChannel, t)) << "\n";
-  o << "  students = " << join(group_ranks(GroupKind::kStudents)) << "\n";
+  for (int run = 0; run < runs; ++run)
+    o << "  students" << (runs > 1 ? " of run " + std::to_string(run) : std::string()) << " = "
+      << join(group_ranks(GroupKind::kStudents, run)) << "\n";
   return o.str();
 }
 
@@ -185,7 +199,7 @@ std::vector<std::string> check_placement(const RankLayout& layout,
                          std::to_string(layout.teacher_ranks()) +
                          ", or set parallel.rank_order = \"pipelines\" to put each pipeline beside its students "
                          "(tasks per node a multiple of parallel.teacher_stages + students per pipeline = " +
-                         std::to_string(layout.teacher_stages + layout.students_per_pipeline()) + "), or change parallel.*");
+                         std::to_string(layout.teacher_stages + layout.runs * layout.students_per_pipeline()) + "), or change parallel.*");
     }
   }
   for (int t = 0; t < layout.teacher_pipelines; ++t) {
@@ -213,7 +227,7 @@ std::vector<std::string> check_placement(const RankLayout& layout,
                            "'s last stage (rank " + std::to_string(channel.front()) +
                            "): their logits cross the network; with parallel.rank_order = \"pipelines\" make the tasks "
                            "per node a multiple of parallel.teacher_stages + students per pipeline = " +
-                           std::to_string(layout.teacher_stages + layout.students_per_pipeline()));
+                           std::to_string(layout.teacher_stages + layout.runs * layout.students_per_pipeline()));
     }
   }
   return warnings;

@@ -19,6 +19,7 @@ struct RankInfo {
   int pipeline = -1;  // teacher: its pipeline t; student: the pipeline whose logits it trains on
   int stage = -1;     // teacher: 0..P-1; student: -1
   int student = -1;   // student: its data-parallel index s in 0..S-1; teacher: -1
+  int run = -1;       // student: the run it trains (0..R-1; one run unless a teacher is shared); teacher: -1
   int first_layer = 0;  // teacher: this stage holds decoder layers [first_layer, last_layer),
   int last_layer = 0;   //   split by model/layer_split.h's split_layers_with_head; student: 0, 0
   bool is_teacher() const { return role == RankRole::kTeacher; }
@@ -26,7 +27,8 @@ struct RankInfo {
 };
 
 // The communicator groups of the design: each teacher pipeline (activations), each logit channel
-// (last stage of pipeline t + the students it serves), and all students (gradients, growth).
+// (last stage of pipeline t + the students it serves, in every run), and each run's students
+// (gradients, growth).
 enum class GroupKind { kTeacherPipeline, kLogitChannel, kStudents };
 
 // A rank's place in one kind of group, in the form Communicator::split(color, key) takes: ranks with
@@ -81,23 +83,36 @@ struct GroupSlot {
 // Example: T=8, P=1, S=8 on 2 nodes of 8 (the paper config's layout), kPipelines: rank 2t = pipeline
 //   t, rank 2t+1 = student t; node 0 holds pipelines 0..3 and students 0..3, node 1 the rest.
 // Example: T=1: both orders are the same (stages 0..P-1, then the students).
+//
+// A shared teacher (R runs of S students each, world = T·P + R·S): the runs' students follow one
+// another, run 0's first, wherever one run's students would sit; a logit channel holds its last stage
+// and the S/T students it serves in every run (run-major); each run's students form their own group.
+// Example: T=1, P=2, S=1, R=4, world=6 (kRoles): ranks 0,1 = stages 0,1; rank 2+r = run r's student 0;
+//   logit channel 0 = {1,2,3,4,5}; students of run r = {2+r}.
+// Example: T=2, P=1, S=2, R=2, world=6, kRoles: ranks 0,1 = pipelines 0,1; ranks 2,3 = run 0's
+//   students 0,1; ranks 4,5 = run 1's students 0,1; logit channel 0 = {0,2,4}, 1 = {1,3,5};
+//   students: run 0 = {2,3}, run 1 = {4,5}. kPipelines: rank 0 = pipeline 0, ranks 1,2 = its
+//   students (run 0's s0, run 1's s0), rank 3 = pipeline 1, ranks 4,5 = run 0's s1, run 1's s1.
 struct RankLayout {
   int teacher_pipelines = 0;  // T
   int teacher_stages = 0;     // P
-  int students = 0;           // S
-  int world_size = 0;         // T·P + S
+  int students = 0;           // S, per run
+  int runs = 1;               // R: runs sharing the teacher
+  int world_size = 0;         // T·P + R·S
   int teacher_layers = 0;
   RankOrder order = RankOrder::kRoles;
   std::vector<RankInfo> ranks;  // indexed by world rank
 
   int teacher_ranks() const { return teacher_pipelines * teacher_stages; }
   int students_per_pipeline() const { return students / teacher_pipelines; }
-  // World rank of pipeline t's stage p, and of student s.
+  // World rank of pipeline t's stage p, and of run r's student s.
   int teacher_rank(int pipeline, int stage) const;
-  int student_rank(int student) const;
-  // Members of group `index` of a kind (pipeline or channel t; index 0 for kStudents), in key order.
+  int student_rank(int student, int run = 0) const;
+  // A logit channel's rank of run r's student s (the last stage is channel rank 0).
+  int channel_rank(int student, int run = 0) const { return 1 + run * students_per_pipeline() + student % students_per_pipeline(); }
+  // Members of group `index` of a kind (pipeline or channel t; run r for kStudents), in key order.
   std::vector<int> group_ranks(GroupKind kind, int index = 0) const;
-  // How many groups of a kind there are (T, T, 1).
+  // How many groups of a kind there are (T, T, R).
   int group_count(GroupKind kind) const;
   // Where world rank `rank` sits in groups of `kind` (color = group index, key = rank in group).
   GroupSlot slot(int rank, GroupKind kind) const;
@@ -111,7 +126,9 @@ struct RankLayout {
 // as with distill.logits = "hidden", where the students run the head).
 // Throws InputError naming parallel.* keys when the world size is not T·P+S, when S is not a multiple
 // of T, when P exceeds the teacher's layers, or when a count is below 1.
-RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teacher_layers, double head_layers = 0);
+// `runs` > 1: R runs of S students share the teacher (world = T·P + R·S).
+RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teacher_layers, double head_layers = 0,
+                            int runs = 1);
 
 // Node-aware placement, from the hostname of every world rank (gathered at startup). Returns
 // warnings for the caller to log; on one node there is nothing to check.

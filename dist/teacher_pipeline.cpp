@@ -2,6 +2,8 @@
 #include "dist/teacher_pipeline.h"
 
 #include <chrono>
+#include <algorithm>
+#include <climits>
 #include <deque>
 
 #include <ATen/ATen.h>
@@ -26,17 +28,48 @@ struct Hop {
 
 }  // namespace
 
-std::vector<BatchKey> pipeline_items(const RunPlan& plan, const RankLayout& layout, int pipeline, int64_t step) {
+std::vector<TeacherItem> pipeline_items(const std::vector<ServedRun>& runs, const RankLayout& layout, int pipeline,
+                                        int64_t step) {
   const int per = layout.students_per_pipeline();
-  return step_batches(plan.counts, step, plan.eval_after(step), int64_t{pipeline} * per, per);
+  std::vector<ScheduledRun> scheduled;
+  for (const ServedRun& r : runs) {
+    ScheduledRun s;
+    s.counts = r.plan->counts;
+    s.first_step = r.first_step;
+    s.end_step = r.end_step;
+    const RunPlan* plan = r.plan;
+    s.eval_after = [plan](int64_t at) { return plan->eval_after(at); };
+    // One run shares with nobody: its identities are never compared (and stages past the first need
+    // no batches).
+    const BatchSource* batches = r.batches;
+    s.identity = [batches](const BatchKey& key) { return batches ? batches->identity(key) : std::vector<int64_t>{}; };
+    scheduled.push_back(std::move(s));
+  }
+  return teacher_items(scheduled, step, int64_t{pipeline} * per, per);
 }
+
+namespace {
+
+// The steps the pipeline serves: from the first run's first step to the last run's end.
+std::pair<int64_t, int64_t> served_steps(const std::vector<ServedRun>& runs) {
+  int64_t first = INT64_MAX, end = 0;
+  for (const ServedRun& r : runs) {
+    if (r.end_step <= r.first_step) continue;
+    first = std::min(first, r.first_step);
+    end = std::max(end, r.end_step);
+  }
+  return first == INT64_MAX ? std::pair<int64_t, int64_t>{0, 0} : std::pair{first, end};
+}
+
+}  // namespace
 
 TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
   const auto t0 = std::chrono::steady_clock::now();
-  const Config& cfg = run.plan->cfg;
+  const Config& cfg = run.runs.at(0).plan->cfg;  // the teacher's settings: equal in every run sharing it
   const RankInfo& me = run.layout->ranks.at(static_cast<size_t>(run.world_rank));
   const int stages = run.layout->teacher_stages;
   const bool first = me.stage == 0, last = me.stage == stages - 1;
+  const auto [first_step, end_step] = served_steps(run.runs);
   const int64_t hidden = run.stage->config().hidden_size;
   const at::ScalarType wire = to_scalar_type(cfg.parallel.activation_dtype);
   const int64_t max_in_flight = cfg.parallel.max_in_flight;
@@ -47,21 +80,25 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
   std::unique_ptr<LogitChannelSender> sender;
   if (last) {
     sender = std::make_unique<LogitChannelSender>(*run.channel, run.channel_format,
-                                                  me.pipeline * run.layout->students_per_pipeline(), max_in_flight);
+                                                  me.pipeline * run.layout->students_per_pipeline(), max_in_flight,
+                                                  run.layout->runs, run.layout->students_per_pipeline());
   }
   std::deque<Hop> outgoing;
   TeacherStageStats stats;
   at::NoGradGuard no_grad;
 
-  stats.steps_done = run.first_step;
+  stats.steps_done = first_step;
   StepTimer timer(teacher_time_parts());
-  for (int64_t step = run.first_step; step < run.end_step; ++step) {
+  for (int64_t step = first_step; step < end_step; ++step) {
     if (run.stop_at && run.stop_at(step)) break;
-    for (const BatchKey& key : pipeline_items(*run.plan, *run.layout, me.pipeline, step)) {
+    const std::vector<TeacherItem> items = pipeline_items(run.runs, *run.layout, me.pipeline, step);
+    for (const TeacherItem& item : items) {
+      const BatchKey& key = item.key;
       at::Tensor input;
       uint64_t checksum = 0;
       if (first) {
-        const MicroBatch mb = timer.time(TeacherPart::kData, [&] { return run.batches->get(key); });
+        const BatchSource& batches = *run.runs.at(static_cast<size_t>(item.to.front().run)).batches;
+        const MicroBatch mb = timer.time(TeacherPart::kData, [&] { return batches.get(key); });
         input = mb.inputs;
         checksum = mb.checksum;
       } else {
@@ -85,7 +122,8 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
       const at::Tensor out = timer.time(TeacherPart::kCompute, [&] { return run.stage->forward(input); });
       const StepTimer::Clock::time_point send_start = StepTimer::Clock::now();
       if (last) {
-        sender->send(key, checksum, out);
+        sender->send(item.to, checksum, out);
+        stats.deliveries += static_cast<int64_t>(item.to.size());
       } else {
         while (static_cast<int64_t>(outgoing.size()) >= max_in_flight) {
           wait_on_host(*outgoing.front().header_req);  // host-side: bounds NCCL's queue too
@@ -107,7 +145,8 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
       ++stats.items;
     }
     stats.steps_done = step + 1;
-    const StepTime step_time = timer.take(step, "teacher");
+    StepTime step_time = timer.take(step, "teacher");
+    step_time.passes = static_cast<int64_t>(items.size());
     if (run.on_step) timer.time(TeacherPart::kRecords, [&] { run.on_step(step + 1, step_time); });
   }
   for (auto& hop : outgoing) {

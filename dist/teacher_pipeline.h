@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dist/logit_channel.h"
+#include "dist/teacher_schedule.h"
 #include "run_folder/step_time.h"
 #include "train/run_plan.h"
 
@@ -18,32 +19,43 @@ class Communicator;
 class TeacherStage;
 struct RankLayout;
 
-// The micro-batches pipeline `pipeline` produces for the students' optimizer step `step`, in
-// production order: train/batch_order.h's step_batches for the students it serves (see the worked
-// example there); each of those students consumes its own sub-list in the same order.
-std::vector<BatchKey> pipeline_items(const RunPlan& plan, const RankLayout& layout, int pipeline, int64_t step);
+// One run the pipeline serves: its plan, where its batches come from, and the steps it still needs.
+struct ServedRun {
+  const RunPlan* plan = nullptr;
+  // Stage 0: where the ids come from. Every stage of a shared teacher (more than one run): the
+  // batches' identities, to tell which runs read the same micro-batch (BatchSource::identity).
+  const BatchSource* batches = nullptr;
+  int64_t first_step = 0;  // steps [first_step, end_step) are served
+  int64_t end_step = 0;
+};
+
+// The forward passes pipeline `pipeline` makes for step `step`, in production order, each with the
+// students (of every run) it goes to: dist/teacher_schedule.h's teacher_items over the runs. With one
+// run this is train/batch_order.h's step_batches for the students it serves (see the worked example
+// there); each of those students consumes its own sub-list in the same order.
+std::vector<TeacherItem> pipeline_items(const std::vector<ServedRun>& runs, const RankLayout& layout, int pipeline,
+                                        int64_t step);
 
 struct TeacherStageRun {
-  const RunPlan* plan = nullptr;     // the students' run: its schedule and batch counts
+  std::vector<ServedRun> runs;       // one, or the runs sharing this teacher (run r = RankInfo::run)
   ChannelFormat channel_format;      // last stage: what it sends (distill.logits, launch/job_plan.h)
   const RankLayout* layout = nullptr;
   int world_rank = 0;
   Communicator* pipeline = nullptr;  // this pipeline's stages (rank = stage)
   Communicator* channel = nullptr;   // last stage only: this pipeline's logit channel
-  const BatchSource* batches = nullptr;  // stage 0 only: where the ids come from
   std::shared_ptr<TeacherStage> stage;
-  int64_t first_step = 0;  // steps [first_step, end_step) are served
-  int64_t end_step = 0;
   // Asked before a step's items are produced (steps produced so far); true ends the loop there.
   std::function<bool(int64_t steps_done)> stop_at;
   // After a step's items went out, with where the stage's time went since the previous call
-  // (run_folder/step_time.h, teacher parts); the call itself counts in the next step's "records".
+  // (run_folder/step_time.h, teacher parts, and the step's forward passes); the call itself counts
+  // in the next step's "records".
   std::function<void(int64_t steps_done, const StepTime& time)> on_step;
 };
 
 struct TeacherStageStats {
-  int64_t steps_done = 0;     // the step the loop ended at (end_step, or an agreed stop)
-  int64_t items = 0;
+  int64_t steps_done = 0;     // the step the loop ended at (the last run's end_step, or an agreed stop)
+  int64_t items = 0;          // forward passes
+  int64_t deliveries = 0;     // last stage: messages sent (items × their receivers)
   int64_t channel_bytes = 0;  // last stage: bytes sent to students
   double seconds = 0;
 };

@@ -1,4 +1,5 @@
 // `deepen plan [CONFIG]`: predict teacher/student/channel rates and per-rank memory, and recommend T, P, S.
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -11,6 +12,8 @@
 #include "launch/command_line.h"
 #include "plan/cost_model.h"
 #include "plan/memory_model.h"
+#include "plan/study_cost.h"
+#include "study/study.h"
 #include "run_folder/run_folder.h"
 
 namespace deepen {
@@ -39,6 +42,7 @@ activation_dtype = "bf16"
 
 struct PlanCommand {
   std::string config;
+  std::string study;
   std::vector<std::string> sets;
   std::string teacher;
   std::string cluster = "h200";
@@ -53,6 +57,85 @@ struct PlanCommand {
   size_t show = 8;
 };
 
+// Training tokens of a run: its curriculum's, or for a matched budget (a joint run given another
+// run's active-layer tokens) that run's active-layer tokens over this run's depth.
+double run_tokens(const PlanInput& in, const PlanInput* budget_from) {
+  if (!budget_from) return in.total_tokens;
+  double weight = 0, layer_weight = 0;
+  for (size_t k = 0; k < budget_from->stage_tokens.size(); ++k) {
+    weight += budget_from->stage_tokens[k];
+    layer_weight += budget_from->stage_tokens[k] * static_cast<double>(budget_from->stage_depths.at(k));
+  }
+  const int64_t depth = in.stage_depths.empty() ? in.student.layers : in.stage_depths.back();
+  return budget_from->total_tokens * layer_weight / weight / static_cast<double>(depth);
+}
+
+// `deepen plan --study FILE`: every run's layout rated as the config gives it, then the study's
+// device-hours and job hours with a teacher per run and with the runs grouped to share one.
+void print_study_cost(const std::string& file, const std::vector<std::string>& sets, const ClusterSpec& c) {
+  StudySpec spec = load_study(file);
+  spec.share_teacher = true;
+  if (spec.launcher == Launcher::kDirect) spec.launcher = Launcher::kAuto;
+  const StudyPlan plan = expand_study(spec, sets);
+  std::vector<PlanInput> inputs;
+  for (const StudyJob& j : plan.jobs) inputs.push_back(plan_input_from_config(j.config));
+  std::vector<RunRates> rates;
+  std::printf("study %s: %zu runs, each rated on its own layout (%s: %lld nodes x %lld devices)\n", spec.name.c_str(),
+              plan.jobs.size(), file.c_str(), static_cast<long long>(c.nodes), static_cast<long long>(c.gpus_per_node));
+  std::printf("  %-28s %9s %12s %12s %12s %12s %10s\n", "run", "devices", "tokens", "teacher t/s", "students t/s",
+              "alone t/s", "alone h");
+  for (size_t k = 0; k < plan.jobs.size(); ++k) {
+    const StudyJob& j = plan.jobs[k];
+    const ParallelConfig& p = j.config.parallel;
+    const LayoutEstimate e = estimate_layout(inputs[k], c, p.teacher_pipelines, p.teacher_stages, p.students, p.rank_order);
+    // The students' demand over the curriculum, weighted like the job's mean.
+    double weight = 0, time = 0;
+    for (size_t s = 0; s < e.student_tokens_per_s.size(); ++s) {
+      const double w = s < inputs[k].stage_tokens.size() ? inputs[k].stage_tokens[s] : 1.0;
+      weight += w;
+      time += w / e.student_tokens_per_s[s];
+    }
+    const PlanInput* budget_from =
+        j.config.curriculum.budget.empty() || j.depends_on.empty() ? nullptr : &inputs.at(j.depends_on.front());
+    RunRates r{j.id(), p.teacher_pipelines * p.teacher_stages, p.students, run_tokens(inputs[k], budget_from),
+               e.teacher_tokens_per_s, e.channel_tokens_per_s, weight / time, e.mean_tokens_per_s};
+    if (!(r.tokens > 0)) throw InputError(j.id() + ": its curriculum gives no token count (stage_tokens or stage_steps)");
+    std::printf("  %-28s %9lld %12.4g %12.4g %12.4g %12.4g %10.1f\n", r.id.c_str(),
+                static_cast<long long>(r.teacher_devices + r.student_devices), r.tokens, r.teacher_tokens_per_s,
+                r.student_tokens_per_s, r.alone_tokens_per_s, r.tokens / r.alone_tokens_per_s / 3600.0);
+    rates.push_back(r);
+  }
+  std::printf("teacher groups (study.max_group_runs = %lld):\n", static_cast<long long>(spec.max_group_runs));
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    std::printf("  g%zu:", g);
+    for (size_t k : plan.groups[g].members) std::printf(" %s", plan.jobs[k].id().c_str());
+    std::printf("\n");
+  }
+  auto members = [](const std::vector<StudyGroup>& groups) {
+    std::vector<std::vector<size_t>> out;
+    for (const StudyGroup& g : groups) out.push_back(g.members);
+    return out;
+  };
+  const StudyCost cost = study_cost(rates, members(plan.groups));
+  std::printf("a teacher per run:  %10.0f device-hours, %8.1f job hours (jobs one after another)\n",
+              cost.alone_device_hours, cost.alone_job_hours);
+  std::printf("these groups:       %10.0f device-hours, %8.1f job hours (%.2f x the device-hours)\n",
+              cost.shared_device_hours, cost.shared_job_hours, cost.shared_device_hours / cost.alone_device_hours);
+  // A group moves at its slowest run and its channel carries every run's copy: a cap may be cheaper.
+  size_t largest = 0;
+  for (const StudyGroup& g : plan_teacher_groups(plan.jobs)) largest = std::max(largest, g.members.size());
+  std::printf("by study.max_group_runs (groups in the study's order):\n");
+  size_t best = 1;
+  double best_hours = INFINITY;
+  for (size_t cap = 1; cap <= largest; ++cap) {
+    const StudyCost c2 = study_cost(rates, members(plan_teacher_groups(plan.jobs, cap)));
+    if (c2.shared_device_hours < best_hours) best_hours = c2.shared_device_hours, best = cap;
+    std::printf("  %3zu: %10.0f device-hours (%.2f x), %8.1f job hours\n", cap, c2.shared_device_hours,
+                c2.shared_device_hours / cost.alone_device_hours, c2.shared_job_hours);
+  }
+  std::printf("fewest device-hours: max_group_runs = %zu\n", best);
+}
+
 }  // namespace
 
 void register_plan_command(CLI::App& app) {
@@ -60,6 +143,9 @@ void register_plan_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("plan", "cost model: teacher/student/logit-channel rates and the T, P, S to use");
   cmd->add_option("config", o->config, "deepen config (student, teacher, batch, curriculum); default: the paper's setup");
   cmd->add_option("--set", o->sets, "override a config key: section.key=value")->take_all();
+  cmd->add_option("--study", o->study,
+                  "a study file: device-hours and job hours of its runs with a teacher each and sharing one "
+                  "(study.share_teacher); --set applies to every run");
   cmd->add_option("--teacher", o->teacher, "teacher: a Hugging Face folder or a Qwen3 name (qwen3-8b, qwen3-1.7b, ...)");
   cmd->add_option("--cluster", o->cluster, "preset: h200 | h100 | a100")->capture_default_str();
   cmd->add_option("--nodes", o->nodes, "nodes");
@@ -116,6 +202,10 @@ void register_plan_command(CLI::App& app) {
       if (o->calibrate.empty()) throw InputError("--check needs --calibrate RUN (a single-process run to calibrate on)");
       std::cout << "calibrated on " << o->calibrate << ": " << c.flops / 1e9 << " GFLOP/s per core, " << c.shared_cores
                 << " cores\n" << describe_check(check_against_runs(c, o->check));
+      return;
+    }
+    if (!o->study.empty()) {
+      print_study_cost(o->study, o->sets, c);
       return;
     }
     std::vector<LayoutEstimate> ranked;

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 
@@ -24,6 +25,8 @@ struct StudyArgs {
   SlurmOptions slurm;
   bool dry_run = false;
   bool quiet = false;
+  bool share_teacher = false;
+  std::optional<int64_t> max_group_runs;
   bool log = false;
 };
 
@@ -37,6 +40,9 @@ void register_study_command(CLI::App& app) {
   cmd->add_option("--set", o->sets, "override for every run: section.key=value (after the study's own)")->take_all();
   cmd->add_option("--only", o->only, "run only these runs (all their seeds); repeatable");
   cmd->add_option("--launcher", o->launcher, "override study.launcher: auto | mpirun | direct");
+  cmd->add_flag("--share-teacher", o->share_teacher,
+                "set study.share_teacher: runs whose teacher inputs are equal train as one job (docs/study.md)");
+  cmd->add_option("--max-group-runs", o->max_group_runs, "set study.max_group_runs: at most this many runs per shared teacher");
   cmd->add_flag("--dry-run", o->dry_run, "print the plan (runs, seeds, layout, order) and stop");
   cmd->add_flag("--quiet", o->quiet, "no per-step progress lines from the runs");
   cmd->add_flag("--log", o->log, "send each run's output to <run>/train.log and show one progress line per run");
@@ -52,6 +58,11 @@ void register_study_command(CLI::App& app) {
     StudySpec spec = load_study(o->file);
     if (!o->out.empty()) spec.out_dir = o->out;
     if (!o->launcher.empty()) spec.launcher = parse_option<Launcher>(o->launcher, "--launcher");
+    if (o->share_teacher) spec.share_teacher = true;
+    if (o->max_group_runs) {
+      if (*o->max_group_runs < 0) throw InputError("--max-group-runs: expected an integer >= 0 (0 = no cap)");
+      spec.max_group_runs = *o->max_group_runs;
+    }
     const StudyPlan plan = expand_study(spec, o->sets, o->only);
     LaunchContext ctx;
     ctx.deepen_exe = self_executable();

@@ -30,6 +30,7 @@ void register_export_command(CLI::App& app);
 CLI::App* register_train_command(CLI::App& app);     // cmd_train.cpp
 CLI::App* register_pretrain_command(CLI::App& app);  // cmd_train.cpp
 void register_study_command(CLI::App& app);     // cmd_study.cpp
+void register_group_command(CLI::App& app);     // cmd_group.cpp
 void register_report_command(CLI::App& app);    // cmd_report.cpp
 void register_plan_command(CLI::App& app);      // cmd_plan.cpp
 void register_demo_command(CLI::App& app);      // cmd_demo.cpp

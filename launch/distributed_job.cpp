@@ -1,6 +1,7 @@
 // `deepen train` across ranks: plan -> communicators -> teacher stage loop or student trainer.
 #include "launch/distributed_job.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -20,6 +21,7 @@
 #include "launch/startup_checks.h"
 #include "model/cpu_kernel_choice.h"
 #include "model/teacher_stage.h"
+#include "run_folder/checkpoint_store.h"
 #include "run_folder/run_folder.h"
 #include "run_folder/step_time.h"
 #include "train/compute_threads.h"
@@ -45,68 +47,88 @@ struct RankContext {
   RankGroups& groups;
   JobControl& control;
   at::Device device;
-  int64_t steps_done = 0;         // agreed resume point
-  std::string resume_checkpoint;  // its folder (empty: a fresh start)
-  int64_t end_step = 0;
+  std::vector<int64_t> steps_done;  // per run: the agreed resume point
+  std::vector<std::string> resume_checkpoint;  // per run: its folder (empty: a fresh start)
+  std::vector<int64_t> end_step;    // per run: where this job stops it (its end, or --stop-after)
 };
 
 int run_teacher_rank(const RankContext& c) {
   const RankLayout& layout = *c.plan.layout;
   const RankInfo& me = layout.ranks.at(static_cast<size_t>(c.mpi.rank()));
   TeacherStageRun run;
-  run.plan = &c.plan.run;
   run.channel_format = c.plan.channel;
   run.layout = &layout;
   run.world_rank = c.mpi.rank();
   run.pipeline = c.groups.teacher_pipeline.get();
   run.channel = c.groups.logit_channel.get();
-  std::unique_ptr<BatchSource> batches;
-  if (me.stage == 0) {
-    batches = make_shard_batch_source(c.plan.run, c.tokenizer);
-    run.batches = batches.get();
+  // Stage 0 reads the ids; with runs to compare, every stage reads their batches' identities.
+  std::vector<std::unique_ptr<BatchSource>> batches;
+  for (size_t r = 0; r < c.plan.runs.size(); ++r) {
+    ServedRun served;
+    served.plan = &c.plan.runs[r];
+    if (me.stage == 0 || c.plan.runs.size() > 1) {
+      batches.push_back(make_shard_batch_source(c.plan.runs[r], c.tokenizer));
+      served.batches = batches.back().get();
+    }
+    served.first_step = c.steps_done[r];
+    served.end_step = c.end_step[r];
+    run.runs.push_back(served);
   }
   run.stage = load_teacher_stage(c.plan, me.first_layer, me.last_layer, me.stage == 0,
                                  me.stage == layout.teacher_stages - 1, c.device);
-  run.first_step = c.steps_done;
-  run.end_step = c.end_step;
   run.stop_at = [&c](int64_t s) { return c.control.stop_at(s); };
-  StepTimeLog time_log(c.plan.run.cfg.run.out_dir, c.mpi.rank(),
-                       c.steps_done > 0 ? std::optional<int64_t>(c.steps_done - 1) : std::nullopt);
-  const GrowthSchedule& schedule = c.plan.run.schedule;
+  const int64_t resumed = *std::min_element(c.steps_done.begin(), c.steps_done.end());
+  StepTimeLog time_log(c.plan.job_dir, c.mpi.rank(), resumed > 0 ? std::optional<int64_t>(resumed - 1) : std::nullopt);
+  // The job's progress for the control plane: the longest run's schedule.
+  const RunPlan& longest = *std::max_element(c.plan.runs.begin(), c.plan.runs.end(), [](const RunPlan& a, const RunPlan& b) {
+    return a.schedule.total_steps() < b.schedule.total_steps();
+  });
   run.on_step = [&](int64_t s, const StepTime& t) {
     time_log.append(t);
-    c.control.report(s, schedule.stage_of(s - 1), schedule.depth_at(s - 1), step_time_metrics(t));
+    c.control.report(s, longest.schedule.stage_of(s - 1), longest.schedule.depth_at(s - 1), step_time_metrics(t));
   };
   const TeacherStageStats stats = run_teacher_stage(run);
   if (c.options.print_progress && me.stage == layout.teacher_stages - 1 && stats.seconds > 0)
-    std::cerr << "deepen: teacher pipeline " << me.pipeline << ": " << stats.items << " micro-batches, "
-              << stats.channel_bytes / stats.seconds / 1e6 << " MB/s on the logit channel\n";
-  return stats.steps_done < schedule.total_steps() ? kExitRequeue : kExitOk;
+    std::cerr << "deepen: teacher pipeline " << me.pipeline << ": " << stats.items << " forward passes, "
+              << stats.deliveries << " micro-batches delivered, " << stats.channel_bytes / stats.seconds / 1e6
+              << " MB/s on the logit channel\n";
+  // Requeue when the loop stopped before the last step it had to serve (a coordinated stop), or when
+  // a run is left unfinished by design (--stop-after). Runs that had finished before this job started
+  // have nothing to serve: a rerun of a finished group ends at once with 0.
+  int64_t served_end = 0;
+  bool unfinished = false;
+  for (size_t r = 0; r < c.plan.runs.size(); ++r) {
+    if (c.end_step[r] > c.steps_done[r]) served_end = std::max(served_end, c.end_step[r]);
+    unfinished = unfinished || c.end_step[r] < c.plan.runs[r].schedule.total_steps();
+  }
+  return stats.steps_done < served_end || unfinished ? kExitRequeue : kExitOk;
 }
 
 int run_student_rank(const RankContext& c) {
   const RankLayout& layout = *c.plan.layout;
   const RankInfo& me = layout.ranks.at(static_cast<size_t>(c.mpi.rank()));
+  const RunPlan& plan = c.plan.runs.at(static_cast<size_t>(me.run));
   std::vector<int> student_ranks;
-  for (int s = 0; s < layout.students; ++s) student_ranks.push_back(layout.student_rank(s));
+  for (int s = 0; s < layout.students; ++s) student_ranks.push_back(layout.student_rank(s, me.run));
   CommStudentGroup group(*c.groups.students, student_ranks);
-  ChannelTeacherSource teacher(*c.groups.logit_channel, c.plan.channel, c.plan.run.vocab,
+  ChannelTeacherSource teacher(*c.groups.logit_channel, c.plan.channel, plan.vocab,
                                layout.teacher_rank(me.pipeline, layout.teacher_stages - 1), c.mpi.rank(), c.device,
                                teacher_head_for_channel(c.plan, c.device));
   std::unique_ptr<BatchSource> real_batches;
   const std::unique_ptr<BatchSource> batches =
-      inject_wrong_batch(make_shard_batch_source(c.plan.run, c.tokenizer), real_batches);
+      inject_wrong_batch(make_shard_batch_source(plan, c.tokenizer), real_batches);
   const std::unique_ptr<TeacherSource> nan_teacher = inject_nan_targets(teacher);
+  const int64_t steps_done = c.steps_done.at(static_cast<size_t>(me.run));
   StudentRun run;
-  run.plan = c.plan.run;
+  run.plan = plan;
   run.tokenizer = &c.tokenizer;
   run.batches = batches.get();
   run.teacher = nan_teacher ? nan_teacher.get() : &teacher;
   run.group = &group;
   run.world_rank = c.mpi.rank();
   run.device = c.device;
-  run.resume = c.steps_done > 0;
-  run.resume_checkpoint = c.resume_checkpoint;
+  run.resume = steps_done > 0;
+  run.resume_checkpoint = c.resume_checkpoint.at(static_cast<size_t>(me.run));
   run.stop_after_steps = c.options.stop_after_steps;
   run.print_progress = c.options.print_progress;
   run.stop_requested = [&c](int64_t s) { return c.control.stop_at(s); };
@@ -114,16 +136,18 @@ int run_student_rank(const RankContext& c) {
   return run_student(run) == RunOutcome::kFinished ? kExitOk : kExitRequeue;
 }
 
+std::string role_of(const RankInfo& me) {
+  return me.is_teacher() ? "teacher p" + std::to_string(me.pipeline) + " s" + std::to_string(me.stage)
+                         : "student " + std::to_string(me.student);
+}
+
 }  // namespace
 
-int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
-  MpiSession mpi;
-  set_compute_threads(cfg.run.threads);
-  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(cfg.data.tokenizer);
-  // Every decision first, the same on every rank: a bad config fails all ranks alike, before any
-  // communicator exists or anything is written.
-  const JobPlan plan = plan_distributed_job(cfg, mpi.size(), *tokenizer, visible_cuda_devices(), nccl_available());
+int run_planned_distributed_job(const JobPlan& plan, const JobOptions& options, MpiSession& mpi,
+                                const Tokenizer& tokenizer) {
   const RankLayout& layout = *plan.layout;
+  const Config& cfg = plan.run().cfg;  // the job's shared settings ([control], [parallel], run.device)
+  const RankInfo& me = layout.ranks.at(static_cast<size_t>(mpi.rank()));
   const int first_student = layout.student_rank(0);
   // Every rank checks placement (pure, same hostnames everywhere), so a bad one fails all ranks alike.
   const std::vector<std::string> placement = check_placement(layout, mpi.hostnames());
@@ -133,41 +157,65 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
   }
 
   std::unique_ptr<Communicator> world = make_communicator(plan.backend, mpi, cfg.control.nccl_setup_timeout_s);
-  // The run folder's and the data's checks, by the first student for every rank: a job that fails
-  // them fails on every rank with the same error and leaves nothing in run.out_dir.
-  StartupChecks checks =
-      agree_on_startup(*world, plan, *tokenizer, options.resume, options.print_progress, first_student);
+  // Every run's folder and data, checked by its student 0 for every rank: a job that fails them fails
+  // on every rank with the same error and leaves nothing in any run folder.
+  AgreedStart start = agree_on_startup(*world, plan, tokenizer, options.resume, options.print_progress);
   // After the NCCL world (which picked the same GPU with the same rule and made it current).
   const int local_rank = node_local_rank([](const char* n) { return std::getenv(n); }, mpi.local_rank());
   const at::Device device = compute_device(plan, local_rank);
   if (mpi.rank() == first_student && options.print_progress)
     std::cerr << "deepen: computing on " << plan.device << ", world backend " << plan.backend << "\n";
   RankGroups groups = make_rank_groups(*world, layout);
-  const RankInfo& me = layout.ranks.at(static_cast<size_t>(mpi.rank()));
-  const std::string role = me.is_teacher() ? "teacher p" + std::to_string(me.pipeline) + " s" + std::to_string(me.stage)
-                                           : "student " + std::to_string(me.student);
+  const std::string run_name = me.is_student() && layout.runs > 1 ? plan.runs.at(size_t(me.run)).cfg.run.name : "";
   // The watchdog's way out of a hung collective: abort the world (and every group split from it).
-  JobControl control(cfg, mpi.rank(), mpi.size(), mpi.hostnames(), world.get(), role, [&world] { world->abort(); });
+  JobControl control(cfg.control, plan.job_dir, mpi.rank(), mpi.size(), mpi.hostnames(), world.get(), role_of(me),
+                     run_name, [&world] { world->abort(); });
 
-  RankContext context{plan, options, *tokenizer, mpi, groups, control, device};
-  context.steps_done = checks.steps_done;
-  context.resume_checkpoint = checks.resume_checkpoint;
+  RankContext context{plan, options, tokenizer, mpi, groups, control, device, {}, {}, {}};
+  context.steps_done = start.steps_done;
+  context.resume_checkpoint = start.resume_checkpoint;
   // Before any model runs: a resumed rank repeats the kernel choices it made before (same rounding).
-  process_cpu_kernel_calibration().record_to(RunFolder(cfg.run.out_dir).cpu_kernel_choices(mpi.rank()),
-                                             context.steps_done > 0);
-  context.end_step = plan.run.schedule.total_steps();
-  if (options.stop_after_steps) context.end_step = std::min(context.end_step, *options.stop_after_steps);
-  context.end_step = std::max(context.end_step, context.steps_done);
+  const std::string calibration_dir = me.is_student() ? plan.runs.at(size_t(me.run)).cfg.run.out_dir : plan.job_dir;
+  const bool any_resumed = std::any_of(context.steps_done.begin(), context.steps_done.end(), [](int64_t s) { return s > 0; });
+  process_cpu_kernel_calibration().record_to(RunFolder(calibration_dir).cpu_kernel_choices(mpi.rank()), any_resumed);
+  for (size_t r = 0; r < plan.runs.size(); ++r) {
+    int64_t end = plan.runs[r].schedule.total_steps();
+    if (options.stop_after_steps) end = std::min(end, *options.stop_after_steps);
+    context.end_step.push_back(std::max(end, context.steps_done[r]));
+  }
 
   int rc = kExitFailure;
   try {
     rc = me.is_teacher() ? run_teacher_rank(context) : run_student_rank(context);
-    world->barrier();
   } catch (...) {
     control.leave_on_failure(std::current_exception());  // the reason reaches every rank's log
   }
-  control.shutdown(rc);
+  // A run that finished leaves the control plane before it waits for the others (a shared teacher
+  // goes on for the longer runs): it is then neither asked about a stop nor watched for progress.
+  // Rank 0 (a teacher in every order) hosts the coordinator and leaves last.
+  if (me.is_student()) control.shutdown(rc);
+  world->barrier();
+  if (me.is_teacher()) control.shutdown(rc);
   return rc;
+}
+
+int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
+  MpiSession mpi;
+  set_compute_threads(cfg.run.threads);
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(cfg.data.tokenizer);
+  // Every decision first, the same on every rank: a bad config fails all ranks alike, before any
+  // communicator exists or anything is written.
+  const JobPlan plan = plan_distributed_job(cfg, mpi.size(), *tokenizer, visible_cuda_devices(), nccl_available());
+  return run_planned_distributed_job(plan, options, mpi, *tokenizer);
+}
+
+int run_shared_teacher_job(const std::vector<Config>& runs, const std::string& job_dir, const JobOptions& options) {
+  MpiSession mpi;
+  set_compute_threads(runs.at(0).run.threads);
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(runs.at(0).data.tokenizer);
+  const JobPlan plan =
+      plan_shared_teacher_job(runs, job_dir, mpi.size(), *tokenizer, visible_cuda_devices(), nccl_available());
+  return run_planned_distributed_job(plan, options, mpi, *tokenizer);
 }
 
 }  // namespace deepen

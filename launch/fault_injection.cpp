@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -37,6 +38,12 @@ class WrongBatchAt : public BatchSource {
   MicroBatch eval(int64_t index) const override { return inner_.eval(index); }
   int64_t eval_batches() const override { return inner_.eval_batches(); }
   MicroBatch diagnostic() const override { return inner_.diagnostic(); }
+  std::vector<int64_t> identity(const BatchKey& key) const override {
+    if (key.kind != BatchKind::kTrain || key.student != student_ || key.step != step_) return inner_.identity(key);
+    BatchKey wrong = key;
+    ++wrong.step;
+    return inner_.identity(wrong);
+  }
 
  private:
   const BatchSource& inner_;

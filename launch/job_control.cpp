@@ -23,31 +23,33 @@
 namespace deepen {
 namespace fs = std::filesystem;
 
-JobControl::JobControl(const Config& cfg, int rank, int world_size, const std::vector<std::string>& hostnames,
-                       Communicator* world, const std::string& role, std::function<void()> on_abort) {
+JobControl::JobControl(const ControlConfig& control, const std::string& job_dir, int rank, int world_size,
+                       const std::vector<std::string>& hostnames, Communicator* world, const std::string& role,
+                       const std::string& run, std::function<void()> on_abort) {
   std::string secret_bytes;
   if (auto env = control::secret_from_env()) {
     secret_bytes.assign(reinterpret_cast<const char*>(env->data()), env->size());
   } else if (rank == 0) {
     const control::Secret s = control::generate_secret();
-    fs::create_directories(cfg.run.out_dir);
-    control::write_secret_file(RunFolder(cfg.run.out_dir).control_secret(), s);
+    fs::create_directories(job_dir);
+    control::write_secret_file(RunFolder(job_dir).control_secret(), s);
     secret_bytes.assign(reinterpret_cast<const char*>(s.data()), s.size());
   }
   broadcast_bytes(world, secret_bytes);
   control::Secret secret{};
   std::memcpy(secret.data(), secret_bytes.data(), std::min(secret.size(), secret_bytes.size()));
 
-  control::ControlOptions options = control::control_options(cfg.control, rank, world_size, secret);
+  control::ControlOptions options = control::control_options(control, rank, world_size, secret);
   options.role = role;
-  options.hard_exit_after_s = std::max(1.0, cfg.control.watchdog_s / 2);
+  options.run = run;
+  options.hard_exit_after_s = std::max(1.0, control.watchdog_s / 2);
   options.on_abort = [on_abort](const control::AbortInfo&) { on_abort(); };
   // One machine: the coordinator listens on loopback only. Several: on every interface, advertised
   // by this host's name (or where DEEPEN_COORDINATOR / Slurm's first node says).
   const bool one_host = std::all_of(hostnames.begin(), hostnames.end(),
                                     [&](const std::string& h) { return h == hostnames.front(); });
   options.coordinator_bind = one_host ? "127.0.0.1" : "0.0.0.0";
-  if (auto launch = control::coordinator_from_launch_env(static_cast<uint16_t>(cfg.control.coordinator_port))) {
+  if (auto launch = control::coordinator_from_launch_env(static_cast<uint16_t>(control.coordinator_port))) {
     options.coordinator_port = launch->port;
     if (!one_host) options.advertise_host = launch->host;
   }

@@ -22,13 +22,16 @@ class Communicator;
 
 // Rank 0 hosts the coordinator (and /metrics when control.metrics_port > 0). The per-job secret
 // comes from DEEPEN_JOB_SECRET(_FILE) or is generated on rank 0 and written with mode 0600 to
-// <run.out_dir>/control.secret; the secret and the coordinator's endpoint reach the other ranks
-// through `world` (nullptr for a single process). `on_abort` runs when the watchdog stops the job
-// (abort the communicators there); the process exits after control.watchdog_s/2 at the latest.
+// <job_dir>/control.secret (the run's folder; a shared teacher's job: the group's); the secret and the
+// coordinator's endpoint reach the other ranks through `world` (nullptr for a single process).
+// `role` and `run` name this rank in messages and /metrics ("student 0", "pre-grow"). `on_abort`
+// runs when the watchdog stops the job (abort the communicators there); the process exits after
+// control.watchdog_s/2 at the latest.
 class JobControl {
  public:
-  JobControl(const Config& cfg, int rank, int world_size, const std::vector<std::string>& hostnames,
-             Communicator* world, const std::string& role, std::function<void()> on_abort);
+  JobControl(const ControlConfig& control, const std::string& job_dir, int rank, int world_size,
+             const std::vector<std::string>& hostnames, Communicator* world, const std::string& role,
+             const std::string& run, std::function<void()> on_abort);
   ~JobControl();
 
   // True when this rank must stop before step `steps_done` (the agreed stop step is reached).

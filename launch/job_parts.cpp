@@ -28,7 +28,7 @@ at::Device compute_device(const JobPlan& plan, int local_rank) {
 
 std::shared_ptr<TeacherStage> load_teacher_stage(const JobPlan& plan, int first_layer, int last_layer, bool first,
                                                  bool last, at::Device device) {
-  const Config& cfg = plan.run.cfg;
+  const Config& cfg = plan.run().cfg;
   return TeacherStage::load(plan.teacher->checkpoint, first_layer, last_layer, first, last,
                             to_scalar_type(cfg.teacher.dtype), device, cfg.teacher.cpu_kernels,
                             !plan.channel.hidden);  // hidden: the students hold the head
@@ -36,7 +36,7 @@ std::shared_ptr<TeacherStage> load_teacher_stage(const JobPlan& plan, int first_
 
 at::Tensor teacher_head_for_channel(const JobPlan& plan, at::Device device) {
   if (!plan.channel.hidden) return {};
-  const Config& cfg = plan.run.cfg;
+  const Config& cfg = plan.run().cfg;
   try {
     return load_teacher_head(plan.teacher->checkpoint, to_scalar_type(cfg.teacher.dtype), device);
   } catch (const InputError& e) {

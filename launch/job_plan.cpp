@@ -1,12 +1,16 @@
 // The job plan: a config, its tokenizer and the teacher's config.json resolved into every decision.
 #include "launch/job_plan.h"
 
+#include <filesystem>
+#include <set>
+
 #include "config/input_error.h"
 #include "curriculum/growth_schedule.h"
 #include "data/tokenizer.h"
 #include "dist/run_device.h"
 #include "model/hf_config.h"
 #include "model/layer_split.h"
+#include "study/teacher_groups.h"
 
 namespace deepen {
 namespace {
@@ -27,6 +31,21 @@ TeacherPlan plan_teacher(const Config& cfg, int64_t vocab, const Tokenizer& tok)
   t.head_layers = last_stage_head_layers(cfg.distill.logits, tc.vocab_size, tc.hidden_size, tc.num_attention_heads,
                                          tc.num_key_value_heads, tc.head_dim, tc.intermediate_size);
   return t;
+}
+
+// Every run shares the first one's teacher pass and trains in a folder of its own.
+void check_runs_share_teacher(const std::vector<Config>& runs, const std::string& job_dir) {
+  std::set<std::string> dirs;
+  for (const Config& run : runs) {
+    if (auto why = teacher_share_difference(runs.front(), run))
+      throw InputError(job_dir + ": run \"" + run.run.name + "\" (" + run.source + ") cannot share the teacher with run \"" +
+                       runs.front().run.name + "\": " + *why);
+    const std::string dir = std::filesystem::weakly_canonical(run.run.out_dir).string();
+    if (runs.size() > 1 && dir == std::filesystem::weakly_canonical(job_dir).string())
+      throw InputError(job_dir + ": run \"" + run.run.name + "\" trains in the group's own folder; give it run.out_dir of its own");
+    if (!dirs.insert(dir).second)
+      throw InputError(job_dir + ": two runs train in " + run.run.out_dir + "; each needs run.out_dir of its own");
+  }
 }
 
 }  // namespace
@@ -54,13 +73,23 @@ JobPlan plan_single_process_job(const Config& cfg, bool distill, const Tokenizer
   if (distill) plan.teacher = plan_teacher(cfg, vocab, tokenizer);
   plan.channel = channel_format(cfg.distill);
   // The schedule reads a matched run's budget record: the one read of it in a job.
-  plan.run = make_run_plan(run_cfg, make_growth_schedule(run_cfg), vocab);
+  plan.runs.push_back(make_run_plan(run_cfg, make_growth_schedule(run_cfg), vocab));
+  plan.job_dir = cfg.run.out_dir;
   return plan;
 }
 
 JobPlan plan_distributed_job(const Config& cfg, int world_size, const Tokenizer& tokenizer, int cuda_devices,
                              bool nccl_built) {
+  return plan_shared_teacher_job({cfg}, cfg.run.out_dir, world_size, tokenizer, cuda_devices, nccl_built);
+}
+
+JobPlan plan_shared_teacher_job(const std::vector<Config>& runs, const std::string& job_dir, int world_size,
+                                const Tokenizer& tokenizer, int cuda_devices, bool nccl_built) {
+  if (runs.empty()) throw InputError(job_dir + ": a job needs at least one run");
+  const Config& cfg = runs.front();
+  check_runs_share_teacher(runs, job_dir);
   JobPlan plan;
+  plan.job_dir = job_dir;
   // Device and backend first (pure decisions, the same on every rank of a homogeneous allocation):
   // a CUDA run's world is NCCL when built with it, else MPI with host staging; see run_device.h.
   plan.device = resolve_run_device(cfg.run.device, cuda_devices, cfg.source);
@@ -68,9 +97,10 @@ JobPlan plan_distributed_job(const Config& cfg, int world_size, const Tokenizer&
   const int64_t vocab = student_vocab_size(cfg, tokenizer);
   plan.teacher = plan_teacher(cfg, vocab, tokenizer);
   plan.layout = make_rank_layout(cfg.parallel, world_size, static_cast<int>(plan.teacher->layers),
-                                 plan.teacher->head_layers);
+                                 plan.teacher->head_layers, static_cast<int>(runs.size()));
   plan.channel = channel_format(cfg.distill);
-  plan.run = make_run_plan(cfg, make_growth_schedule(cfg), vocab);  // bad budgets fail on every rank, early
+  for (const Config& run : runs)  // bad budgets fail on every rank, early
+    plan.runs.push_back(make_run_plan(run, make_growth_schedule(run), student_vocab_size(run, tokenizer)));
   return plan;
 }
 

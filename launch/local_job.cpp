@@ -26,8 +26,8 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
   // Every decision first, before anything heavy runs or anything is written to run.out_dir.
   const JobPlan plan = plan_single_process_job(cfg, distill, *tokenizer, visible_cuda_devices());
   // Then the run folder and the data: where it resumes, whether it may, and the shards' tokens.
-  StartupChecks checks = check_before_start(plan, *tokenizer, options.resume, options.print_progress);
-  record_startup(plan, checks);
+  StartupChecks checks = check_before_start(plan.run(), *tokenizer, options.resume, options.print_progress);
+  record_startup(plan.run(), checks);
   const at::Device device = compute_device(plan, 0);
   if (options.print_progress) std::cerr << "deepen: computing on " << device.str() << "\n";
   // Before any model runs: a resumed run repeats the kernel choices it made before (same rounding).
@@ -38,12 +38,12 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
     // head on the student's side.
     const at::Tensor head = teacher_head_for_channel(plan, device);
     auto stage = load_teacher_stage(plan, 0, static_cast<int>(plan.teacher->layers), true, true, device);
-    teacher = std::make_unique<LocalTeacher>(stage, plan.channel.topk ? plan.channel.k : 0, plan.run.loss.temperature,
-                                             plan.run.loss.tail, plan.run.loss.vocab_chunk, head);
+    teacher = std::make_unique<LocalTeacher>(stage, plan.channel.topk ? plan.channel.k : 0, plan.run().loss.temperature,
+                                             plan.run().loss.tail, plan.run().loss.vocab_chunk, head);
   }
   SoloStudentGroup group;
   StudentRun run;
-  run.plan = plan.run;
+  run.plan = plan.run();
   const std::unique_ptr<TeacherSource> nan_teacher = teacher ? inject_nan_targets(*teacher) : nullptr;
   run.tokenizer = tokenizer.get();
   run.batches = checks.batches.get();
@@ -56,7 +56,7 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
   run.print_progress = options.print_progress;
   // A single process has its control plane too: SIGTERM/SIGUSR1 stop it with a checkpoint, and
   // /metrics serves its progress.
-  JobControl control(cfg, 0, 1, {"localhost"}, nullptr, "single process", [] {});
+  JobControl control(cfg.control, cfg.run.out_dir, 0, 1, {"localhost"}, nullptr, "single process", "", [] {});
   run.stop_requested = [&control](int64_t s) { return control.stop_at(s); };
   run.on_step = [&control](const StepReport& r) { report_step(control, r); };
   const int rc = run_student(run) == RunOutcome::kFinished ? kExitOk : kExitRequeue;

@@ -1,6 +1,8 @@
 // deepen: one binary, one subcommand per job; maps errors to exit codes (config/input_error.h).
+#include <algorithm>
 #include <exception>
 #include <iostream>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -33,15 +35,19 @@ int main(int argc, char** argv) {
   CLI::App* train = deepen::register_train_command(app);
   CLI::App* pretrain = deepen::register_pretrain_command(app);
   deepen::register_study_command(app);
+  deepen::register_group_command(app);
   deepen::register_report_command(app);
   deepen::register_plan_command(app);
   deepen::register_demo_command(app);
   deepen::register_prep_command(app);
   deepen::register_tokenize_command(app);
-  // Runs after parsing, before the chosen subcommand's callback: only the training jobs have a
-  // control plane to turn a stop signal into a coordinated stop.
-  app.parse_complete_callback([train, pretrain] {
-    if (!train->parsed() && !pretrain->parsed()) deepen::control::release_early_stop_signals();
+  // Runs after parsing, before the chosen subcommand's callback: only the training jobs (train,
+  // pretrain, and group, the runs sharing one teacher) have a control plane to turn a stop signal
+  // into a coordinated stop.
+  const std::vector<CLI::App*> jobs = {train, pretrain, app.get_subcommand("group")};
+  app.parse_complete_callback([jobs] {
+    if (std::none_of(jobs.begin(), jobs.end(), [](const CLI::App* job) { return job->parsed(); }))
+      deepen::control::release_early_stop_signals();
   });
   try {
     app.parse(argc, argv);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -490,6 +491,36 @@ Report build_report(const std::vector<RunData>& runs) {
   return report;
 }
 
+namespace {
+
+// Which seeds read one data order (data.order_seed, config/config.h): seeds that share an order
+// differ only in their initialisation, and may have shared one teacher pass (study.share_teacher).
+// Example: seeds 1, 2, 3 with order_seed 7 -> "Data order: seeds 1, 2, 3 read one order
+// (data.order_seed 7)."; unset everywhere -> "Data order: each seed reads its own (data.order_seed
+// unset: the run seed)."
+std::string data_order_text(const Report& r) {
+  std::map<int64_t, std::set<int64_t>> seeds_of_order;
+  bool all_own = true;
+  for (const auto& s : r.roles)
+    for (const RunData* run : s.runs) {
+      const int64_t order = data_order_seed(run->config);
+      seeds_of_order[order].insert(run->config.run.seed);
+      all_own = all_own && run->config.data.order_seed < 0;
+    }
+  if (all_own) return "Data order: each seed reads its own (data.order_seed unset: the run seed).";
+  std::string out = "Data order:";
+  for (const auto& [order, seeds] : seeds_of_order) {
+    std::string list;
+    for (int64_t x : seeds) list += (list.empty() ? "" : ", ") + std::to_string(x);
+    out += seeds.size() > 1 ? " seeds " + list + " read one order (order seed " + std::to_string(order) + ");"
+                            : " seed " + list + " reads order " + std::to_string(order) + ";";
+  }
+  out.back() = '.';
+  return out;
+}
+
+}  // namespace
+
 std::string report_markdown(const Report& r) {
   std::ostringstream md;
   md << "# Study report\n\n";
@@ -507,6 +538,7 @@ std::string report_markdown(const Report& r) {
        << (s.val_kl ? stat_text(*s.val_kl) : "—") << " | " << s.steps << " | " << thousands(s.tokens) << " | "
        << thousands(s.active_layer_tokens) << " | " << (s.complete ? "yes" : "no") << " |\n";
   }
+  md << "\n" << data_order_text(r) << "\n";
   if (!r.comparisons.empty()) {
     md << "\n## Comparisons\n\nΔ = difference of mean final validation CE; negative: the first run is better. "
        << "Per seed: the same difference taken seed by seed (mean ± std).\n\n"

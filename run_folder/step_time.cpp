@@ -18,7 +18,9 @@ double StepTime::parts_sum() const {
 nlohmann::json StepTime::to_json() const {
   nlohmann::json p = nlohmann::json::object();
   for (const auto& [name, s] : parts) p[name] = s;
-  return {{"step", step}, {"role", role}, {"time_s", seconds}, {"parts", p}};
+  nlohmann::json j = {{"step", step}, {"role", role}, {"time_s", seconds}, {"parts", p}};
+  if (passes >= 0) j["passes"] = passes;
+  return j;
 }
 
 StepTimer::StepTimer(const std::vector<std::string>& parts)

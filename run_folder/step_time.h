@@ -23,8 +23,11 @@ struct StepTime {
   std::string role;  // "student" | "teacher"
   double seconds = 0;
   std::vector<std::pair<std::string, double>> parts;
+  // A teacher stage's forward passes at the step (the micro-batches it computed; with a shared
+  // teacher fewer than it delivered); -1 = not counted (students).
+  int64_t passes = -1;
   double parts_sum() const;
-  // {"step": 3, "role": "student", "time_s": 0.12, "parts": {"data": 0.001, ...}}
+  // {"step": 3, "role": "student", "time_s": 0.12, "parts": {"data": 0.001, ...}}, and "passes" when counted
   nlohmann::json to_json() const;
 };
 

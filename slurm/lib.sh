@@ -120,22 +120,27 @@ deepen_config_value() {
 #   pipelines: pipeline by pipeline, its stages then the S/T students it feeds
 #              (T=2 P=2 S=4: p0 s0, p0 s1, student 0, 1, p1 s0, p1 s1, student 2, 3)
 # deepen_role_of RANK PIPELINES STAGES STUDENTS [ORDER]
+# With R runs sharing the teacher (a 6th argument, `deepen group`), every run's students follow one
+# another where one run's would sit, run 0's first (T=1 P=2 S=1 R=2: p0 s0, p0 s1, student 0 run 0,
+# student 0 run 1).
 deepen_role_of() {
-  local rank=$1 pipelines=$2 stages=$3 students=$4 order=${5:-roles}
-  local per=$((students / pipelines))
+  local rank=$1 pipelines=$2 stages=$3 students=$4 order=${5:-roles} runs=${6:-1}
+  local per=$((students / pipelines)) s r
   if [[ $order == pipelines ]]; then
-    local group=$((stages + per))
+    local group=$((stages + per * runs))
     local t=$((rank / group)) i=$((rank % group))
     if ((i < stages)); then
       echo "teacher p$t s$i"
-    else
-      echo "student $((t * per + i - stages))"
+      return
     fi
+    r=$(((i - stages) / per)); s=$((t * per + (i - stages) % per))
   elif ((rank < pipelines * stages)); then
     echo "teacher p$((rank / stages)) s$((rank % stages))"
+    return
   else
-    echo "student $((rank - pipelines * stages))"
+    r=$(((rank - pipelines * stages) / students)); s=$(((rank - pipelines * stages) % students))
   fi
+  if ((runs > 1)); then echo "student $s run $r"; else echo "student $s"; fi
 }
 
 # True when the job computes on GPUs: DEEPEN_GPU if set, else whether Slurm allocated GPUs on a
@@ -172,12 +177,21 @@ deepen_make_secret() {
     mv -f "$file.tmp" "$file")
 }
 
-# Runs one deepen job step on the whole allocation: deepen_run_job CONFIG [deepen arguments...]
+# Runs one deepen job step on the whole allocation: deepen_run_job CONFIG [deepen arguments...], or
+# deepen_run_job group GROUP_FILE [deepen group arguments...] for runs sharing one teacher (the
+# layout, run count and job folder then come from `deepen group FILE --print-job`).
 deepen_run_job() {
   local config=$1; shift
   local dry=${DEEPEN_DRY_RUN:-0}
-  if [[ -z $config ]]; then deepen_log "usage: sbatch $0 CONFIG.toml [--set section.key=value ...]"; return 2; fi
-  if [[ ! -f $config ]]; then deepen_log "$config: no such config file"; return 2; fi
+  local bin=${DEEPEN_BIN:-$DEEPEN_HOME/build/deepen}
+  local group=""
+  if [[ $config == group ]]; then
+    group=${1:-}; shift
+    if [[ -z $group || ! -f $group ]]; then deepen_log "group ${group:-(none)}: no such group file"; return 2; fi
+  else
+    if [[ -z $config ]]; then deepen_log "usage: sbatch $0 CONFIG.toml [--set section.key=value ...]"; return 2; fi
+    if [[ ! -f $config ]]; then deepen_log "$config: no such config file"; return 2; fi
+  fi
   if [[ -z ${SLURM_JOB_NODELIST:-} || -z ${SLURM_NTASKS:-} ]]; then
     deepen_log "SLURM_JOB_NODELIST and SLURM_NTASKS are not set: submit with sbatch, or set them for a dry run"
     return 2
@@ -188,11 +202,18 @@ deepen_run_job() {
   if ((${#nodes[@]} == 0)); then deepen_log "cannot expand SLURM_JOB_NODELIST=$SLURM_JOB_NODELIST"; return 2; fi
   mapfile -t counts < <(deepen_tasks_per_node "${#nodes[@]}" "$SLURM_NTASKS")
   local ntasks=$SLURM_NTASKS
-  local pipelines stages students order
-  pipelines=$(deepen_config_value "$config" parallel teacher_pipelines 1 "$@")
-  stages=$(deepen_config_value "$config" parallel teacher_stages 1 "$@")
-  students=$(deepen_config_value "$config" parallel students 1 "$@")
-  order=$(deepen_config_value "$config" parallel rank_order roles "$@")
+  local pipelines stages students order runs=1 run_dir=${DEEPEN_RUN_DIR:-} device backend
+  if [[ -n $group ]]; then
+    local info
+    if ! info=$("$bin" group "$group" --print-job "$@"); then deepen_log "$group: deepen group --print-job failed"; return 2; fi
+    read -r pipelines stages students runs order run_dir device backend <<< "$info"
+    config=$group
+  else
+    pipelines=$(deepen_config_value "$config" parallel teacher_pipelines 1 "$@")
+    stages=$(deepen_config_value "$config" parallel teacher_stages 1 "$@")
+    students=$(deepen_config_value "$config" parallel students 1 "$@")
+    order=$(deepen_config_value "$config" parallel rank_order roles "$@")
+  fi
   if [[ $order != roles && $order != pipelines ]]; then
     deepen_log "$config: parallel.rank_order: must be \"roles\" | \"pipelines\", got \"$order\""
     return 2
@@ -202,12 +223,15 @@ deepen_run_job() {
     return 2
   fi
   local teacher_ranks=$((pipelines * stages))
-  if ((teacher_ranks + students != ntasks)); then
-    deepen_log "$config: parallel.teacher_pipelines * teacher_stages + students = $pipelines * $stages + $students = $((teacher_ranks + students)) ranks, but the allocation has $ntasks tasks (SLURM_NTASKS)"
+  if ((teacher_ranks + runs * students != ntasks)); then
+    if ((runs > 1)); then
+      deepen_log "$config: teacher_pipelines * teacher_stages + runs * students = $pipelines * $stages + $runs * $students = $((teacher_ranks + runs * students)) ranks, but the allocation has $ntasks tasks (SLURM_NTASKS)"
+    else
+      deepen_log "$config: parallel.teacher_pipelines * teacher_stages + students = $pipelines * $stages + $students = $((teacher_ranks + students)) ranks, but the allocation has $ntasks tasks (SLURM_NTASKS)"
+    fi
     return 2
   fi
 
-  local run_dir=${DEEPEN_RUN_DIR:-}
   if [[ -z $run_dir ]]; then
     run_dir=$(deepen_config_value "$config" run out_dir "" "$@")
     [[ -z $run_dir ]] && run_dir="runs/$(basename "$config" .toml)"
@@ -219,11 +243,17 @@ deepen_run_job() {
   # status does not carry it (with orte_abort_on_non_zero_status 0 it returns 0 when every rank
   # exits 3, and 1 after a signal).
   local exit_file=$run_dir/control/exit_code
-  local bin=${DEEPEN_BIN:-$DEEPEN_HOME/build/deepen}
   local sub=${DEEPEN_CMD:-train}
   local -a gpu_sets=()
   if deepen_gpu_job; then
-    mapfile -t gpu_sets < <(deepen_gpu_settings "$config" "$@")
+    if [[ -n $group ]]; then
+      # Run 0's settings stand for every run: runs sharing a teacher share run.device and the backend.
+      [[ $device == auto ]] && gpu_sets+=(--set run.device=cuda)
+      [[ $device == cpu ]] && deepen_log "warning: GPU job, but $group's runs ask for run.device = \"cpu\""
+      [[ $backend == auto ]] && gpu_sets+=(--set parallel.backend=nccl)
+    else
+      mapfile -t gpu_sets < <(deepen_gpu_settings "$config" "$@")
+    fi
     deepen_log "GPU job: each rank computes on its own GPU over NCCL (${gpu_sets[*]:-as the config says}); DEEPEN_GPU=0 turns this off"
   fi
   export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
@@ -236,7 +266,7 @@ deepen_run_job() {
   for ((n = 0; n < ${#nodes[@]}; n++)); do
     first_role=""; warned=0
     for ((i = 0; i < ${counts[n]:-0}; i++, rank++)); do
-      role=$(deepen_role_of "$rank" "$pipelines" "$stages" "$students" "$order")
+      role=$(deepen_role_of "$rank" "$pipelines" "$stages" "$students" "$order" "$runs")
       echo "rank $rank -> ${nodes[n]} ($role)"
       node_of_rank[rank]=${nodes[n]}
       [[ -z $first_role ]] && first_role=${role%% *}
@@ -255,7 +285,7 @@ deepen_run_job() {
   # Pipelines order: each pipeline's students belong on the node of its last stage (the logits
   # then stay inside the node), as dist/rank_layout.h's check_placement warns too.
   if [[ $order == pipelines ]] && ((${#nodes[@]} > 1)); then
-    local per=$((students / pipelines)) t last away s
+    local per=$((runs * (students / pipelines))) t last away s
     for ((t = 0; t < pipelines; t++)); do
       last=$((t * (stages + per) + stages - 1)); away=""
       for ((s = 1; s <= per; s++)); do
@@ -283,7 +313,11 @@ deepen_run_job() {
     # checkpoint first must not get the others killed. Real failures are the watchdog's job.
     cmd=(srun --mpi=pmix --kill-on-bad-exit=0 --distribution=block:block --cpu-bind=cores --export=ALL)
   fi
-  cmd+=("$bin" "$sub" "$config" --set "run.out_dir=$run_dir" "${gpu_sets[@]}" "$@")
+  if [[ -n $group ]]; then
+    cmd+=("$bin" group "$group" "${gpu_sets[@]}" "$@")  # each run's folder is in its own config
+  else
+    cmd+=("$bin" "$sub" "$config" --set "run.out_dir=$run_dir" "${gpu_sets[@]}" "$@")
+  fi
   echo "env: DEEPEN_COORDINATOR=$coordinator DEEPEN_JOB_SECRET_FILE=$secret_file DEEPEN_RUN_DIR=$run_dir"
   # NCCL's settings as the ranks get them (NCCL_SOCKET_IFNAME decides the network NCCL tries first).
   echo "nccl env: $(env | grep '^NCCL_' | sort | paste -sd ' ')"

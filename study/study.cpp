@@ -22,6 +22,8 @@
 #include "curriculum/growth_schedule.h"
 #include "run_folder/progress.h"
 #include "run_folder/run_folder.h"
+#include "study/table_reader.h"
+#include "study/teacher_groups.h"
 
 namespace deepen {
 namespace fs = std::filesystem;
@@ -29,62 +31,6 @@ namespace {
 
 const std::string kBudgetPrefix = "active_layer_tokens:";
 
-// Reads [study] / [[run]] keys with errors naming file and key.
-class TableReader {
- public:
-  TableReader(const toml::table& table, std::string source, std::string where)
-      : table_(table), source_(std::move(source)), where_(std::move(where)) {}
-
-  void string(const char* key, std::string& out) {
-    known_.insert(key);
-    if (const toml::node* n = table_.get(key)) {
-      if (!n->is_string()) fail(key, "expected a string");
-      out = n->as_string()->get();
-    }
-  }
-  void strings(const char* key, std::vector<std::string>& out) {
-    known_.insert(key);
-    if (const toml::node* n = table_.get(key)) {
-      const toml::array* a = n->as_array();
-      if (!a) fail(key, "expected an array of strings");
-      out.clear();
-      for (const auto& item : *a) {
-        if (!item.is_string()) fail(key, "expected an array of strings");
-        out.push_back(item.as_string()->get());
-      }
-    }
-  }
-  void integers(const char* key, std::vector<int64_t>& out) {
-    known_.insert(key);
-    if (const toml::node* n = table_.get(key)) {
-      const toml::array* a = n->as_array();
-      if (!a) fail(key, "expected an array of integers");
-      out.clear();
-      for (const auto& item : *a) {
-        if (!item.is_integer()) fail(key, "expected an array of integers");
-        out.push_back(item.as_integer()->get());
-      }
-    }
-  }
-  void reject_unknown() const {
-    for (const auto& [k, v] : table_) {
-      if (!known_.count(std::string(k.str()))) {
-        std::string list;
-        for (const auto& key : known_) list += " " + key;
-        fail(std::string(k.str()), "unknown key (known keys:" + list + ")");
-      }
-    }
-  }
-  [[noreturn]] void fail(const std::string& key, const std::string& why) const {
-    throw InputError(source_ + ": " + where_ + "." + key + ": " + why);
-  }
-
- private:
-  const toml::table& table_;
-  std::string source_;
-  std::string where_;
-  std::set<std::string> known_;
-};
 
 bool valid_run_name(const std::string& name) {
   if (name.empty() || name == "." || name == "..") return false;
@@ -94,6 +40,14 @@ bool valid_run_name(const std::string& name) {
 }
 
 std::string join_path(const std::string& a, const std::string& b) { return (fs::path(a) / b).string(); }
+
+// A whole text file, or std::runtime_error naming it: a study never runs a job from a half-written file.
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) throw std::runtime_error(path + ": write failed");
+}
 
 std::string normalized(const std::string& path) {
   return fs::weakly_canonical(fs::absolute(path)).lexically_normal().string();
@@ -161,6 +115,13 @@ StudySpec parse_study(const std::string& toml_text, const std::string& source) {
   r.string("command", command);
   r.string("launcher", launcher);
   r.strings("set", spec.sets);
+  r.boolean("share_teacher", spec.share_teacher);
+  if (study->get("max_group_runs")) {
+    const toml::node* n = study->get("max_group_runs");
+    if (!n->is_integer() || n->as_integer()->get() < 0) r.fail("max_group_runs", "expected an integer >= 0 (0 = no cap)");
+    spec.max_group_runs = n->as_integer()->get();
+  }
+  r.known("max_group_runs");
   r.reject_unknown();
   if (base.empty()) r.fail("base", "required: the base config, relative to the study file");
   spec.base = fs::path(base).is_absolute() ? base : (fs::path(source).parent_path() / base).lexically_normal().string();
@@ -303,6 +264,14 @@ StudyPlan expand_study(const StudySpec& spec, const std::vector<std::string>& ex
     }
     plan.jobs = std::move(kept);
   }
+  if (spec.share_teacher) {
+    if (spec.command != StudyCommand::kTrain)
+      throw InputError(spec.source + ": study.share_teacher: only \"train\" runs have a teacher to share");
+    if (spec.launcher == Launcher::kDirect)
+      throw InputError(spec.source + ": study.share_teacher: a shared teacher is a job of several ranks; "
+                       "study.launcher = \"direct\" runs one process per run (use \"auto\" or \"mpirun\")");
+    plan.groups = plan_teacher_groups(plan.jobs, static_cast<size_t>(spec.max_group_runs));
+  }
   return plan;
 }
 
@@ -361,6 +330,25 @@ std::string describe_plan(const StudyPlan& plan, const LaunchContext& ctx) {
     }
     out << "\n     -> " << j.out_dir << "\n";
   }
+  if (!plan.groups.empty()) {
+    out << "  teacher groups (study.share_teacher; runs whose teacher inputs are equal train in one job):\n";
+    int64_t alone = 0, shared = 0;
+    for (size_t g = 0; g < plan.groups.size(); ++g) {
+      const StudyGroup& group = plan.groups[g];
+      const ParallelConfig& p = plan.jobs[group.members.front()].config.parallel;
+      const int64_t teacher = p.teacher_pipelines * p.teacher_stages;
+      alone += static_cast<int64_t>(group.members.size()) * teacher;
+      shared += teacher;
+      out << "  g" << g << ": " << group.members.size() << (group.members.size() == 1 ? " run" : " runs") << ", "
+          << (group.members.size() == 1 ? "alone" : "mpirun -np " + std::to_string(group_world_size(plan, group)) + " deepen group " +
+                                                        join_path(group_dir(plan, g), "group.toml"))
+          << "\n     ";
+      for (size_t k : group.members) out << " " << plan.jobs[k].id();
+      out << "\n";
+      for (const std::string& why : group.refused) out << "      not joined: " << why << "\n";
+    }
+    out << "  teacher ranks over the study's jobs: " << shared << " (" << alone << " with a teacher per run)\n";
+  }
   return out.str();
 }
 
@@ -376,6 +364,63 @@ std::string tail_lines(const std::string& path, size_t n) {
   return out;
 }
 
+namespace {
+
+// A unit of run_study: one job alone, or the members of a teacher group.
+std::vector<StudyGroup> study_units(const StudyPlan& plan) {
+  if (!plan.groups.empty()) return plan.groups;
+  std::vector<StudyGroup> units;
+  for (size_t k = 0; k < plan.jobs.size(); ++k) units.push_back(StudyGroup{{k}, {}});
+  return units;
+}
+
+// Runs `p`; with ctx.log_runs its output goes to `log_path` and one live line per run of `runs` is
+// kept up to date from their records instead (the demo's view).
+int run_logged(const ProcessSpec& p, const LaunchContext& ctx, const std::string& log_path,
+               const std::vector<const StudyJob*>& runs) {
+  if (!ctx.log_runs) return run_process(p);
+  fs::create_directories(fs::path(log_path).parent_path());
+  ProcessSpec logged = p;
+  logged.log_path = log_path;
+  const bool tty = ::isatty(STDOUT_FILENO);
+  const auto start = std::chrono::steady_clock::now();
+  auto last_print = start;
+  auto lines = [&] {
+    const auto secs = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start).count();
+    char clock[32];
+    std::snprintf(clock, sizeof clock, "%lld:%02lld", static_cast<long long>(secs / 60), static_cast<long long>(secs % 60));
+    std::vector<std::string> out;
+    for (const StudyJob* job : runs) out.push_back("  " + job->id() + "  " + run_progress(job->out_dir) + "  " + clock);
+    return out;
+  };
+  const size_t n = runs.size();
+  auto show = [&](bool first) {
+    if (tty && !first && n > 1) std::cout << "\033[" << (n - 1) << "F";  // back to the first line
+    const std::vector<std::string> l = lines();
+    for (size_t i = 0; i < n; ++i) std::cout << (tty ? "\r" : "") << l[i] << (tty ? "\033[K" : "") << (i + 1 < n ? "\n" : "");
+    std::cout << std::flush;
+  };
+  if (tty) show(true);
+  const int rc = run_process(logged, [&] {
+    const auto now = std::chrono::steady_clock::now();
+    if (tty) {
+      show(false);
+    } else if (now - last_print >= std::chrono::seconds(30)) {
+      show(true);
+      std::cout << "\n";
+      last_print = now;
+    }
+  });
+  show(!tty);
+  std::cout << "\n";
+  if (rc != kExitOk && rc != kExitRequeue)
+    std::cout << "  --- last lines of " << log_path << " ---\n" << tail_lines(log_path, 30);
+  std::cout << std::flush;
+  return rc;
+}
+
+}  // namespace
+
 int run_study(const StudyPlan& plan, const LaunchContext& ctx) {
   // Dependencies outside an --only selection must already have finished.
   for (const auto& job : plan.jobs) {
@@ -390,73 +435,76 @@ int run_study(const StudyPlan& plan, const LaunchContext& ctx) {
   }
   enum class Outcome { kPending, kDone, kFailed, kBadInput, kBlocked };
   std::vector<Outcome> outcome(plan.jobs.size(), Outcome::kPending);
+  const std::vector<StudyGroup> units = study_units(plan);
   int ran = 0;
-  for (size_t k = 0; k < plan.jobs.size(); ++k) {
-    const StudyJob& job = plan.jobs[k];
-    const std::string tag = "[" + std::to_string(k + 1) + "/" + std::to_string(plan.jobs.size()) + "] " + job.id();
-    if (job_state(job.out_dir) == JobState::kFinished) {
-      std::cout << "study: " << tag << ": finished earlier, not rerun (" << job.out_dir << ")\n" << std::flush;
-      outcome[k] = Outcome::kDone;
-      continue;
+  for (size_t u = 0; u < units.size(); ++u) {
+    std::vector<size_t> pending;
+    for (size_t k : units[u].members) {
+      const StudyJob& job = plan.jobs[k];
+      const std::string tag = "[" + std::to_string(k + 1) + "/" + std::to_string(plan.jobs.size()) + "] " + job.id();
+      if (job_state(job.out_dir) == JobState::kFinished) {
+        std::cout << "study: " << tag << ": finished earlier, not rerun (" << job.out_dir << ")\n" << std::flush;
+        outcome[k] = Outcome::kDone;
+        continue;
+      }
+      const bool blocked = std::any_of(job.depends_on.begin(), job.depends_on.end(),
+                                       [&](size_t d) { return outcome[d] != Outcome::kDone; });
+      if (blocked) {
+        std::cout << "study: " << tag << ": skipped, a run it depends on did not finish\n" << std::flush;
+        outcome[k] = Outcome::kBlocked;
+        continue;
+      }
+      pending.push_back(k);
     }
-    const bool blocked = std::any_of(job.depends_on.begin(), job.depends_on.end(),
-                                     [&](size_t d) { return outcome[d] != Outcome::kDone; });
-    if (blocked) {
-      std::cout << "study: " << tag << ": skipped, a run it depends on did not finish\n" << std::flush;
-      outcome[k] = Outcome::kBlocked;
-      continue;
-    }
-    const ProcessSpec p = job_process(plan, job, ctx);
-    const bool resuming = job_state(job.out_dir) == JobState::kPartial;
-    std::cout << "study: " << tag << ": " << (resuming ? "resuming" : "starting") << "\n  " << shell_join(p.argv)
-              << "\n" << std::flush;
-    ++ran;
-    int rc = 0;
-    if (ctx.log_runs) {
-      // One live line per run, from its records; the run's own output goes to its log.
-      fs::create_directories(job.out_dir);
-      ProcessSpec logged = p;
-      logged.log_path = RunFolder(job.out_dir).train_log();
-      const bool tty = ::isatty(STDOUT_FILENO);
-      const auto start = std::chrono::steady_clock::now();
-      auto last_print = start;
-      auto line = [&] {
-        const auto now = std::chrono::steady_clock::now();
-        const auto secs = std::chrono::duration_cast<std::chrono::seconds>(now - start).count();
-        char clock[32];
-        std::snprintf(clock, sizeof clock, "%lld:%02lld", static_cast<long long>(secs / 60), static_cast<long long>(secs % 60));
-        return "  " + job.id() + "  " + run_progress(job.out_dir) + "  " + clock;
-      };
-      rc = run_process(logged, [&] {
-        const auto now = std::chrono::steady_clock::now();
-        if (tty) {
-          std::cout << "\r" << line() << "\033[K" << std::flush;
-        } else if (now - last_print >= std::chrono::seconds(30)) {
-          std::cout << line() << "\n" << std::flush;
-          last_print = now;
-        }
-      });
-      std::cout << (tty ? "\r" : "") << line() << (tty ? "\033[K" : "") << "\n";
-      if (rc != kExitOk && rc != kExitRequeue)
-        std::cout << "  --- last lines of " << logged.log_path << " ---\n" << tail_lines(logged.log_path, 30);
-      std::cout << std::flush;
+    if (pending.empty()) continue;
+    ProcessSpec p;
+    std::string tag, log_path;
+    std::vector<const StudyJob*> runs;
+    for (size_t k : pending) runs.push_back(&plan.jobs[k]);
+    if (pending.size() == 1) {
+      const StudyJob& job = plan.jobs[pending.front()];
+      p = job_process(plan, job, ctx);
+      tag = "[" + std::to_string(pending.front() + 1) + "/" + std::to_string(plan.jobs.size()) + "] " + job.id();
+      log_path = RunFolder(job.out_dir).train_log();
+      std::cout << "study: " << tag << ": " << (job_state(job.out_dir) == JobState::kPartial ? "resuming" : "starting");
     } else {
-      rc = run_process(p);
+      // One job for the group: its file names every pending member's config and overrides.
+      const GroupSpec g = group_spec(plan, u, pending);
+      fs::create_directories(group_dir(plan, u));
+      write_text_file(g.source, group_file_text(g));
+      const int64_t world = group_world_size(plan, StudyGroup{pending, {}});
+      if (ctx.mpirun.empty())
+        throw InputError(plan.spec.source + ": study.share_teacher: group " + g.name + " needs mpirun (" +
+                         std::to_string(world) + " ranks), and there is none in PATH");
+      p.argv = {ctx.mpirun, "--oversubscribe", "-np", std::to_string(world), ctx.deepen_exe, "group", g.source};
+      if (ctx.quiet) p.argv.push_back("--quiet");
+      if (ctx.is_root) {
+        p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT", "1");
+        p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+      }
+      tag = "group " + g.name + " (" + std::to_string(pending.size()) + " runs, one teacher pass)";
+      log_path = (fs::path(group_dir(plan, u)) / "job.log").string();
+      std::cout << "study: " << tag << ": starting";
+      for (size_t k : pending) std::cout << "\n  " << plan.jobs[k].id();
     }
+    std::cout << "\n  " << shell_join(p.argv) << "\n" << std::flush;
+    ++ran;
+    const int rc = run_logged(p, ctx, log_path, runs);
+    Outcome o = Outcome::kDone;
     if (rc == kExitOk) {
-      outcome[k] = Outcome::kDone;
       std::cout << "study: " << tag << ": finished\n" << std::flush;
     } else if (rc == kExitRequeue) {
       std::cout << "study: " << tag << ": stopped with a checkpoint (exit 3); run the study again to resume\n"
                 << std::flush;
       return kExitRequeue;
     } else if (rc == kExitBadInput) {
-      outcome[k] = Outcome::kBadInput;
+      o = Outcome::kBadInput;
       std::cerr << "study: " << tag << ": bad input (exit 2), see the messages above\n";
     } else {
-      outcome[k] = Outcome::kFailed;
+      o = Outcome::kFailed;
       std::cerr << "study: " << tag << ": failed (exit " << rc << ")\n";
     }
+    for (size_t k : pending) outcome[k] = o;
   }
   int done = 0;
   bool bad_input = false;
@@ -466,10 +514,37 @@ int run_study(const StudyPlan& plan, const LaunchContext& ctx) {
     bad_input |= o == Outcome::kBadInput;
     failed |= o == Outcome::kFailed || o == Outcome::kBlocked;
   }
-  std::cout << "study: " << done << "/" << plan.jobs.size() << " runs finished (" << ran << " run now)\n";
+  std::cout << "study: " << done << "/" << plan.jobs.size() << " runs finished (" << ran << (ran == 1 ? " job" : " jobs")
+            << " run now)\n";
   if (failed) return kExitFailure;
   if (bad_input) return kExitBadInput;
   return kExitOk;
+}
+
+std::vector<StudyGroup> plan_teacher_groups(const std::vector<StudyJob>& jobs, size_t max_runs) {
+  std::vector<GroupCandidate> candidates;
+  for (const StudyJob& j : jobs) candidates.push_back(GroupCandidate{j.id(), j.config, j.depends_on});
+  std::vector<StudyGroup> out;
+  for (TeacherGroup& g : group_for_teacher(candidates, max_runs)) out.push_back(StudyGroup{std::move(g.members), std::move(g.refused)});
+  return out;
+}
+
+int64_t group_world_size(const StudyPlan& plan, const StudyGroup& group) {
+  const ParallelConfig& p = plan.jobs.at(group.members.front()).config.parallel;
+  return p.teacher_pipelines * p.teacher_stages + static_cast<int64_t>(group.members.size()) * p.students;
+}
+
+std::string group_dir(const StudyPlan& plan, size_t index) {
+  return join_path(join_path(plan.spec.out_dir, "groups"), "g" + std::to_string(index));
+}
+
+GroupSpec group_spec(const StudyPlan& plan, size_t index, const std::vector<size_t>& members) {
+  GroupSpec g;
+  g.source = join_path(group_dir(plan, index), "group.toml");
+  g.name = plan.spec.name + "-g" + std::to_string(index);
+  g.out_dir = join_path(group_dir(plan, index), "job");
+  for (size_t k : members) g.runs.push_back(GroupRunSpec{plan.spec.base, plan.jobs.at(k).overrides});
+  return g;
 }
 
 // ---- Slurm ---------------------------------------------------------------------------------------
@@ -510,25 +585,61 @@ SlurmScripts slurm_scripts(const StudyPlan& plan, const SlurmOptions& o, const s
   const std::string base = fs::absolute(plan.spec.base).lexically_normal().string();
   SlurmScripts s;
 
+  // One array element per unit: a run alone, or a teacher group of several runs.
+  const std::vector<StudyGroup> units = study_units(plan);
+  std::vector<size_t> unit_of(plan.jobs.size(), 0);
+  for (size_t u = 0; u < units.size(); ++u)
+    for (size_t k : units[u].members) unit_of[k] = u;
+  auto unit_name = [&](size_t u) {
+    std::string name;
+    for (size_t k : units[u].members) name += (name.empty() ? "" : "+") + plan.jobs[k].id();
+    return name;
+  };
+  std::vector<int64_t> tasks(units.size());
+  std::vector<std::vector<size_t>> unit_deps(units.size());
   std::ostringstream list;
-  list << "# Study " << plan.spec.name << " (" << plan.spec.source << "): one run per line; the array index is the\n"
+  list << "# Study " << plan.spec.name << " (" << plan.spec.source << "): one job per line; the array index is the\n"
        << "# line number counting from 0 (comment lines do not count). Written by `deepen study --slurm`.\n";
-  for (const StudyJob& j : plan.jobs) {
-    std::string line = without_spaces(base, "study.base");
-    for (const auto& ov : j.overrides) line += " --set " + without_spaces(ov, j.id());
-    list << line << " --quiet\n";
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (size_t k : units[u].members)
+      for (size_t d : plan.jobs[k].depends_on)
+        if (unit_of[d] != u && std::find(unit_deps[u].begin(), unit_deps[u].end(), unit_of[d]) == unit_deps[u].end())
+          unit_deps[u].push_back(unit_of[d]);
+    if (units[u].members.size() == 1) {
+      const StudyJob& j = plan.jobs[units[u].members.front()];
+      std::string line = without_spaces(base, "study.base");
+      for (const auto& ov : j.overrides) line += " --set " + without_spaces(ov, j.id());
+      list << line << " --quiet\n";
+      tasks[u] = job_tasks(plan, j);
+      continue;
+    }
+    GroupSpec g = group_spec(plan, u, units[u].members);
+    for (GroupRunSpec& r : g.runs) r.config = base;
+    const std::string name = "groups/g" + std::to_string(u) + ".toml";
+    g.source = without_spaces(abs_dir + "/" + name, "--slurm");
+    s.group_files.emplace_back(name, group_file_text(g));
+    list << "group " << g.source << " --quiet\n";
+    tasks[u] = group_world_size(plan, units[u]);
   }
   s.study_list = list.str();
 
-  auto resources = [&](int64_t tasks) {
-    const int64_t nodes = (tasks + o.gpus_per_node - 1) / o.gpus_per_node;
-    const int64_t per_node = std::min(tasks, o.gpus_per_node);
-    return "--nodes=" + std::to_string(nodes) + " --ntasks=" + std::to_string(tasks) + " --ntasks-per-node=" +
+  auto resources = [&](int64_t n) {
+    const int64_t nodes = (n + o.gpus_per_node - 1) / o.gpus_per_node;
+    const int64_t per_node = std::min(n, o.gpus_per_node);
+    return "--nodes=" + std::to_string(nodes) + " --ntasks=" + std::to_string(n) + " --ntasks-per-node=" +
            std::to_string(per_node) + " --gpus-per-node=" + std::to_string(per_node);
+  };
+  // A unit is finished when every run in it is.
+  auto finished_test = [&](size_t u) {
+    std::string t;
+    for (size_t k : units[u].members) t += std::string(t.empty() ? "" : " && ") + "finished " + shell_quote(plan.jobs[k].out_dir);
+    return t;
   };
   std::ostringstream sub;
   sub << "#!/usr/bin/env bash\n"
-      << "# Submits study " << plan.spec.name << " (" << plan.jobs.size() << " runs) to Slurm through slurm/study_array.sbatch.\n"
+      << "# Submits study " << plan.spec.name << " (" << plan.jobs.size() << " runs";
+  if (!plan.groups.empty()) sub << " in " << units.size() << " jobs, runs sharing a teacher in one";
+  sub << ") to Slurm through slurm/study_array.sbatch.\n"
       << "# Runs that finished already are skipped, so submitting again after a failure is safe.\n"
       << "set -euo pipefail\n"
       << "list=" << shell_quote(abs_dir + "/study.list") << "\n"
@@ -547,30 +658,29 @@ SlurmScripts slurm_scripts(const StudyPlan& plan, const SlurmOptions& o, const s
       << "after() {  # the afterok list of the given indices that were submitted (finished ones need no wait)\n"
       << "  local d=\"\" i; for i in \"$@\"; do [[ -n ${job[$i]:-} ]] && d+=\"${d:+:}${job[$i]}\"; done; echo \"$d\"; }\n";
   std::map<int64_t, std::vector<size_t>> independent;
-  for (size_t k = 0; k < plan.jobs.size(); ++k)
-    if (plan.jobs[k].depends_on.empty()) independent[job_tasks(plan, plan.jobs[k])].push_back(k);
-  for (const auto& [tasks, members] : independent) {
-    sub << "\n# " << members.size() << " independent run(s) of " << tasks << " task(s)\nidx=()\n";
-    for (size_t k : members)
-      sub << "if finished " << shell_quote(plan.jobs[k].out_dir) << "; then echo \"" << plan.jobs[k].id()
-          << ": finished, skipped\"; else idx+=(" << k << "); fi\n";
+  for (size_t u = 0; u < units.size(); ++u)
+    if (unit_deps[u].empty()) independent[tasks[u]].push_back(u);
+  for (const auto& [n, members] : independent) {
+    sub << "\n# " << members.size() << " independent job(s) of " << n << " task(s)\nidx=()\n";
+    for (size_t u : members)
+      sub << "if " << finished_test(u) << "; then echo \"" << unit_name(u) << ": finished, skipped\"; else idx+=(" << u
+          << "); fi\n";
     sub << "if ((${#idx[@]})); then\n"
-        << "  id=$(submit --array=\"$(IFS=,; echo \"${idx[*]}\")\" " << resources(tasks) << ")\n"
+        << "  id=$(submit --array=\"$(IFS=,; echo \"${idx[*]}\")\" " << resources(n) << ")\n"
         << "  for i in \"${idx[@]}\"; do job[$i]=${id}_$i; done\n"
         << "  echo \"array $id: indices ${idx[*]}\"\nfi\n";
   }
-  for (size_t k = 0; k < plan.jobs.size(); ++k) {
-    const StudyJob& j = plan.jobs[k];
-    if (j.depends_on.empty()) continue;
-    sub << "\n# " << j.id() << " waits for";
-    for (size_t d : j.depends_on) sub << " " << plan.jobs[d].id();
-    sub << "\nif finished " << shell_quote(j.out_dir) << "; then echo \"" << j.id() << ": finished, skipped\"; else\n"
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (unit_deps[u].empty()) continue;
+    sub << "\n# " << unit_name(u) << " waits for";
+    for (size_t d : unit_deps[u]) sub << " " << unit_name(d);
+    sub << "\nif " << finished_test(u) << "; then echo \"" << unit_name(u) << ": finished, skipped\"; else\n"
         << "  dep=$(after";
-    for (size_t d : j.depends_on) sub << " " << d;
+    for (size_t d : unit_deps[u]) sub << " " << d;
     sub << ")\n"
-        << "  id=$(submit --array=" << k << " ${dep:+--dependency=afterok:$dep} " << resources(job_tasks(plan, j)) << ")\n"
-        << "  job[" << k << "]=${id}_" << k << "\n"
-        << "  echo \"" << j.id() << ": job ${id}_" << k << "${dep:+ after $dep}\"\nfi\n";
+        << "  id=$(submit --array=" << u << " ${dep:+--dependency=afterok:$dep} " << resources(tasks[u]) << ")\n"
+        << "  job[" << u << "]=${id}_" << u << "\n"
+        << "  echo \"" << unit_name(u) << ": job ${id}_" << u << "${dep:+ after $dep}\"\nfi\n";
   }
   s.submit_sh = sub.str();
   return s;
@@ -587,6 +697,8 @@ void write_slurm_study(const StudyPlan& plan, const SlurmOptions& options, const
     out.close();
     if (exec) fs::permissions(p, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add);
   };
+  if (!s.group_files.empty()) fs::create_directories(fs::path(dir) / "groups");
+  for (const auto& [name, text] : s.group_files) write(name, text, false);
   write("study.list", s.study_list, false);
   write("submit.sh", s.submit_sh, true);
 }

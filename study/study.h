@@ -10,6 +10,7 @@
 #include "config/config.h"
 #include "run_folder/progress.h"
 #include "child_process/child_process.h"
+#include "study/group_file.h"
 
 namespace deepen {
 
@@ -24,6 +25,11 @@ namespace deepen {
 //   set = ["eval.every=10"]     # applied to every run, before the run's own overrides
 //   launcher = "auto"           # "auto" | "mpirun" | "direct" (see use_mpirun)
 //   command = "train"           # "train" | "pretrain": the deepen subcommand each run is
+//   share_teacher = true        # runs whose teacher inputs are equal train in one job that pays
+//                               # for one teacher pass (study/teacher_groups.h); needs mpirun
+//   max_group_runs = 4          # at most this many runs per shared teacher (0 = no cap); the
+//                               # channel sends each micro-batch to every run: `deepen plan --study`
+//                               # prices each cap
 //
 //   [[run]]
 //   name = "post-grow"
@@ -53,6 +59,8 @@ struct StudySpec {
   Launcher launcher = Launcher::kAuto;         // "auto" | "mpirun" | "direct"
   std::vector<std::string> sets;   // applied to every run first
   std::vector<StudyRunSpec> runs;  // in file order
+  bool share_teacher = false;      // group runs that may share a teacher pass (train studies only)
+  int64_t max_group_runs = 0;      // cap on a group's runs (0 = none)
 };
 
 // Parses a study file; InputError names the file, the key and the reason (unknown keys, duplicate or
@@ -72,9 +80,18 @@ struct StudyJob {
   std::string id() const { return run + "/seed" + std::to_string(seed); }
 };
 
+// Runs that share one teacher pass: one job of T·P + R·S ranks (`deepen group`), or a lone run.
+struct StudyGroup {
+  std::vector<size_t> members;       // indices into StudyPlan::jobs, in order
+  std::vector<std::string> refused;  // runs that could not join, with the reason (for --dry-run)
+};
+
 struct StudyPlan {
   StudySpec spec;
   std::vector<StudyJob> jobs;  // in execution order: every job after the jobs it depends on
+  // With share_teacher: the groups, in an order where each comes after the groups holding the runs
+  // its members wait for; every job in exactly one group. Without: empty (every job alone).
+  std::vector<StudyGroup> groups;
 };
 
 // Expands the study into jobs. Overrides are applied in this order: the study's `set`, the run's
@@ -91,6 +108,20 @@ struct StudyPlan {
 // and post-joint-matched/seed1 gets curriculum.budget = "active_layer_tokens:<out>/post-grow/seed1".
 StudyPlan expand_study(const StudySpec& spec, const std::vector<std::string>& extra_sets = {},
                        const std::vector<std::string>& only = {});
+
+// The teacher groups of a plan's jobs (study/teacher_groups.h's group_for_teacher over the jobs in
+// order). Example: the demo study with share_teacher and one seed: its eight runs read the same data
+// in the same order with the same teacher: one group of eight, world = 1·2 + 8·2 = 18 ranks.
+std::vector<StudyGroup> plan_teacher_groups(const std::vector<StudyJob>& jobs, size_t max_runs = 0);
+
+// Ranks of a group's job: T·P + R·S from the first member's [parallel].
+int64_t group_world_size(const StudyPlan& plan, const StudyGroup& group);
+
+// Where a group's file and job records live: <out_dir>/groups/g<index>.
+std::string group_dir(const StudyPlan& plan, size_t index);
+
+// The group file `deepen group` reads for group `index` (its members that have not finished).
+GroupSpec group_spec(const StudyPlan& plan, size_t index, const std::vector<size_t>& members);
 
 // Whether a job runs under mpirun. "direct": never (one process plays every role; the trainer folds
 // S students into gradient accumulation, same global batch); "mpirun": always; "auto": when the
@@ -134,7 +165,8 @@ int run_study(const StudyPlan& plan, const LaunchContext& ctx);
 //   DIR/submit.sh   submits the jobs that have not finished: independent jobs as one array per task
 //                   count, each dependent job (a matched run) as its own array element with
 //                   --dependency=afterok:<job>_<index> on exactly the element it needs (or none when
-//                   that run finished already)
+//                   that run finished already). With share_teacher a job is a teacher group: one
+//                   allocation of T·P + R·S tasks for its R runs (DIR/groups/), finished when all are
 //   DIR/logs/       the tasks' output
 struct SlurmOptions {
   std::string deepen_exe;       // absolute path of deepen on the cluster (default: this binary)
@@ -150,6 +182,10 @@ struct SlurmOptions {
 struct SlurmScripts {
   std::string study_list;
   std::string submit_sh;
+  // With share_teacher: groups/g<k>.toml under DIR for each teacher group of several runs, whose line
+  // in study.list is "group <DIR>/groups/g<k>.toml --quiet" (slurm/lib.sh: deepen_run_job group ...)
+  // and whose array element asks for T·P + R·S tasks.
+  std::vector<std::pair<std::string, std::string>> group_files;  // (path under DIR, text)
 };
 // InputError when an override holds whitespace inside a quoted value (the list is split on
 // whitespace); whitespace elsewhere ("curriculum.stages=[1, 2]") is removed.

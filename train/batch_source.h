@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "train/micro_batch.h"
 
@@ -19,6 +20,11 @@ class BatchSource {
   virtual int64_t eval_batches() const = 0;
   // The fixed diagnostic batch.
   virtual MicroBatch diagnostic() const = 0;
+  // What makes up the micro-batch `key` names, without reading it: its split (0 train, 1 validation)
+  // then the split's sequences (documents) in row order. Two runs reading the same data (the same
+  // shards and packing) get the same micro-batch exactly when these are equal: a shared teacher
+  // computes it once for both (dist/teacher_schedule.h).
+  virtual std::vector<int64_t> identity(const BatchKey& key) const = 0;
 
   // The micro-batch `key` names (an eval batch carries the key's step and student).
   MicroBatch get(const BatchKey& key) const {

@@ -58,7 +58,7 @@ class ShardBatchSource : public BatchSource {
         diagnostic_batch_(cfg.eval.diagnostic_batch),
         train_(open_split(cfg.data.train, cfg.data, tok)),
         valid_(open_split(cfg.data.valid, cfg.data, tok)),
-        sampler_(static_cast<uint64_t>(cfg.run.seed), documents_ ? train_.documents() : train_.sequences(),
+        sampler_(static_cast<uint64_t>(data_order_seed(cfg)), documents_ ? train_.documents() : train_.sequences(),
                  {counts.students, counts.grad_accum, cfg.parallel.micro_batch}, replay_shard(cfg, train_)) {
     valid_count_ = documents_ ? valid_.documents() : valid_.sequences();
     if (documents_ && cfg.data.valid_documents > 0) {
@@ -91,8 +91,7 @@ class ShardBatchSource : public BatchSource {
 
   // Batch i: validation items [i·b, (i+1)·b), the last batch of a fixed document set cut at its end.
   MicroBatch eval(int64_t index) const override {
-    const int64_t first = index * micro_batch_;
-    const int64_t end = documents_ ? std::min(first + micro_batch_, valid_count_) : first + micro_batch_;
+    const auto [first, end] = eval_range(index);
     std::vector<int64_t> ids;
     for (int64_t i = first; i < end; ++i) ids.push_back(i);
     MicroBatch mb = make(valid_, ids);
@@ -103,6 +102,23 @@ class ShardBatchSource : public BatchSource {
 
   int64_t eval_batches() const override { return eval_batches_; }
 
+  std::vector<int64_t> identity(const BatchKey& key) const override {
+    std::vector<int64_t> ids;
+    if (key.kind == BatchKind::kTrain) {
+      ids.push_back(0);
+      for (int64_t s : sampler_.micro_batch(key.step, key.student, key.index)) ids.push_back(s);
+      return ids;
+    }
+    ids.push_back(1);
+    if (key.kind == BatchKind::kDiagnostic) {
+      for (int64_t b = 0; b < diagnostic_batch_; ++b) ids.push_back(b);
+      return ids;
+    }
+    const auto [first, end] = eval_range(key.index);
+    for (int64_t i = first; i < end; ++i) ids.push_back(i);
+    return ids;
+  }
+
   MicroBatch diagnostic() const override {
     std::vector<int64_t> ids(static_cast<size_t>(diagnostic_batch_));
     for (int64_t b = 0; b < diagnostic_batch_; ++b) ids[static_cast<size_t>(b)] = b;
@@ -112,6 +128,11 @@ class ShardBatchSource : public BatchSource {
   }
 
  private:
+  std::pair<int64_t, int64_t> eval_range(int64_t index) const {
+    const int64_t first = index * micro_batch_;
+    return {first, documents_ ? std::min(first + micro_batch_, valid_count_) : first + micro_batch_};
+  }
+
   MicroBatch make(const ShardSet& set, const std::vector<int64_t>& items) const {
     MicroBatch mb;
     if (documents_) {

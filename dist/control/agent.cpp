@@ -210,7 +210,7 @@ struct Agent::Impl {
         }
         server_nonce = challenge->nonce;
         nonce = random_nonce();
-        Auth auth{opt.rank, opt.world, int64_t(::getpid()), opt.host, opt.role, nonce, {}};
+        Auth auth{opt.rank, opt.world, int64_t(::getpid()), opt.host, opt.role, opt.run, nonce, {}};
         auth.mac = agent_mac(opt.secret, server_nonce, auth);
         auth_sent = true;
         send(auth);

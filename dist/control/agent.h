@@ -28,6 +28,7 @@ struct AgentOptions {
   int world = 1;
   std::string host;                 // this rank's host name for messages; empty = gethostname()
   std::string role;                 // "teacher p0 s1", "student 3": shown in messages and /metrics
+  std::string run;                  // the run a student trains; "" for a teacher or a job of one run
   Secret secret{};
   double heartbeat_s = 5;
   double watchdog_s = 120;          // the coordinator silent this long counts as lost

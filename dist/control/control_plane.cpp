@@ -34,6 +34,7 @@ ControlPlane::ControlPlane(ControlOptions options) : opt_(std::move(options)) {
   a.world = opt_.world;
   a.host = opt_.host;
   a.role = opt_.role;
+  a.run = opt_.run;
   a.secret = opt_.secret;
   a.heartbeat_s = opt_.heartbeat_s;
   a.watchdog_s = opt_.watchdog_s;

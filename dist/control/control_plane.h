@@ -20,6 +20,7 @@ struct ControlOptions {
   int world = 1;
   std::string host;                 // empty = gethostname()
   std::string role;                 // "teacher p0 s1", "student 3"
+  std::string run;                  // the run a student trains (a shared teacher's job); "" otherwise
   Secret secret{};                  // the same on every rank: secret_from_env(), or broadcast
   double heartbeat_s = 5;
   double watchdog_s = 120;

@@ -312,6 +312,7 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
     slot.view.state = RankState::kConnected;
     slot.view.host = auth.host;
     slot.view.role = auth.role;
+    slot.view.run = auth.run;
     slot.view.pid = auth.pid;
     slot.last_frame = now;
     slot.last_progress = now;

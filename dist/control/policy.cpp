@@ -45,7 +45,7 @@ Nonce random_nonce() { return generate_secret(); }
 
 std::string describe_rank(const RankView& r) {
   std::string s = "rank " + std::to_string(r.rank) + " on " + (r.host.empty() ? "?" : r.host);
-  std::string detail = r.role;
+  std::string detail = r.run.empty() ? r.role : "run " + r.run + ", " + r.role;
   if (r.pid > 0) detail += (detail.empty() ? "" : ", ") + std::string("pid ") + std::to_string(r.pid);
   if (!detail.empty()) s += " (" + detail + ")";
   s += r.step >= 0 ? ", last step " + std::to_string(r.step) : ", before its first step";

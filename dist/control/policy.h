@@ -44,6 +44,7 @@ struct RankView {
   int rank = 0;
   std::string host;
   std::string role;
+  std::string run;             // a student's run in a job of several ("" otherwise)
   int64_t pid = 0;
   RankState state = RankState::kNeverConnected;
   int64_t step = -1;
@@ -82,7 +83,8 @@ struct WatchdogLimits {
 std::optional<AbortInfo> watchdog_verdict(std::span<const RankView> ranks, double since_start_s,
                                           const WatchdogLimits& limits);
 
-// "rank 3 on node02 (student 3, pid 1234), last step 17" — the prefix of every abort message.
+// "rank 3 on node02 (student 3, pid 1234), last step 17" — the prefix of every abort message; a
+// student of a shared teacher's job names its run: "rank 5 on node02 (run post-grow, student 0, ...)".
 std::string describe_rank(const RankView& rank);
 
 // ---- Coordinated stop -------------------------------------------------------------------------

@@ -87,7 +87,9 @@ ClientMetric sample(std::vector<ClientMetric::Label> labels, double value) {
 }
 
 std::vector<ClientMetric::Label> rank_labels(const RankView& r) {
-  return {{"rank", std::to_string(r.rank)}, {"host", r.host}, {"role", r.role}};
+  // run: which run a student trains when runs share one teacher (one job, several run folders);
+  // empty for teachers and single-run jobs, which Prometheus reads as no label.
+  return {{"rank", std::to_string(r.rank)}, {"host", r.host}, {"role", r.role}, {"run", r.run}};
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ namespace deepen::control {
 // big-endian, strings are a u16 length and bytes, nonces and MACs are 32 raw bytes, the metric map is
 // a u16 count of (string, double). The parser rejects anything else (unknown type, short or
 // trailing bytes, over-long strings): a peer that sends it gets its connection closed.
-inline constexpr uint16_t kProtocolVersion = 2;  // 2: Abort carries the exit code
+inline constexpr uint16_t kProtocolVersion = 3;  // 2: Auth carries the run; 3: Abort carries the exit code
 inline constexpr uint32_t kMaxFrameBytes = 64 * 1024;  // body bytes after the authenticated handshake
 inline constexpr uint32_t kMaxHandshakeBytes = 1024;   // body bytes before it: Auth is small
 inline constexpr size_t kMaxStringBytes = 4096;        // host names, phases, reasons, messages
@@ -52,10 +52,11 @@ struct Auth {
   int64_t pid = 0;
   std::string host;
   std::string role;  // "teacher p0 s1", "student 3", ...: shown in /metrics labels and messages
+  std::string run;   // the run a student trains ("" for a teacher, or a job of one run)
   Nonce nonce{};
   Mac mac{};
   template <class F> void fields(F& f) {
-    f(rank); f(world); f(pid); f(host); f(role); f(nonce); f(mac);
+    f(rank); f(world); f(pid); f(host); f(role); f(run); f(nonce); f(mac);
   }
 };
 

@@ -325,3 +325,17 @@ TEST(Config, GuardSettingsOutsideTheirRangeNameTheKey) {
 
 }  // namespace
 }  // namespace deepen
+
+namespace deepen {
+namespace {
+
+// data.order_seed: the data order's seed apart from the initialisation's (config.h's example).
+TEST(DataOrderSeed, DefaultsToTheRunSeedSoExistingRunsDoNotChange) {
+  EXPECT_EQ(data_order_seed(parse_config("", "x.toml", {"run.seed=3"})), 3);
+  EXPECT_EQ(data_order_seed(parse_config("", "x.toml", {"run.seed=3", "data.order_seed=42"})), 42);
+  EXPECT_NE(test::error_of([] { parse_config("", "x.toml", {"data.order_seed=-2"}); }).find("data.order_seed"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace deepen

@@ -109,7 +109,7 @@ std::vector<Message> sample_messages() {
   for (size_t i = 0; i < n.size(); ++i) n[i] = uint8_t(i * 7);
   Heartbeat hb{1234, 3, 4, "train", {{"train_loss", 2.5}, {"tokens_per_s", 1e6}, {"nan", std::nan("")}}};
   return {Challenge{kProtocolVersion, n},
-          Auth{7, 16, 4242, "node07", "student 3", n, n},
+          Auth{7, 16, 4242, "node07", "student 3", "post-grow", n, n},
           AuthOk{n},
           hb,
           StopRequest{"SIGUSR1 on rank 3"},
@@ -299,7 +299,7 @@ TEST(ControlEndpoint, LaunchEnvironmentPrefersDeepenCoordinatorThenSlurmsFirstNo
 TEST(ControlHandshake, MacsBindEveryFieldAndTheSecret) {
   const Secret secret = generate_secret();
   const Nonce server = random_nonce();
-  Auth auth{3, 8, 99, "node02", "student 1", random_nonce(), {}};
+  Auth auth{3, 8, 99, "node02", "student 1", "", random_nonce(), {}};
   const Mac mac = agent_mac(secret, server, auth);
   EXPECT_EQ(mac, agent_mac(secret, server, auth));
   Auth changed = auth;

@@ -62,7 +62,7 @@ TEST(ControlSecurity, WrongSecretIsRejectedAndClosedWhileRealAgentsKeepReporting
   ASSERT_GE(fd, 0);
   const auto challenge = raw_read_message(fd, 5);
   ASSERT_TRUE(challenge && std::holds_alternative<Challenge>(*challenge));
-  Auth forged{1, 2, 1, "evil", "", random_nonce(), {}};
+  Auth forged{1, 2, 1, "evil", "", "", random_nonce(), {}};
   forged.mac = agent_mac(generate_secret(), std::get<Challenge>(*challenge).nonce, forged);
   raw_send(fd, encode_frame(forged));
   EXPECT_TRUE(closed_by_peer(fd, 5));

@@ -72,7 +72,7 @@ TEST(ControlSendQueue, CoordinatorDropsARankThatStopsReadingAndTheJobAbortsNamin
   const std::string long_host(800, 'h');  // the Auth frame must stay under kMaxHandshakeBytes
   const int fd = raw_connect(job.coord->endpoint().port, /*rcvbuf=*/4096);
   ASSERT_GE(fd, 0);
-  ASSERT_TRUE(raw_agent_handshake(fd, job.secret, Auth{1, 2, 4242, long_host, "student 1", {}, {}}));
+  ASSERT_TRUE(raw_agent_handshake(fd, job.secret, Auth{1, 2, 4242, long_host, "student 1", "", {}, {}}));
   ASSERT_TRUE(eventually([&] { return job.abort_of(0).has_value(); }, 60)) << job.log.all();
   const AbortInfo info = *job.abort_of(0);
   EXPECT_EQ(info.rank, 1);

@@ -343,3 +343,52 @@ TEST(Placement, AutoBackendPicksNcclOnlyWithDevicesAndNccl) {
 
 }  // namespace
 }  // namespace deepen
+
+namespace deepen {
+namespace {
+
+// The shared-teacher examples of rank_layout.h: R runs' students follow the teachers, run-major.
+TEST(SharedTeacherLayout, FourRunsOfOneStudentBehindATwoStagePipeline) {
+  const RankLayout l = make_rank_layout(parallel(1, 2, 1), 6, 4, 0, /*runs=*/4);
+  ASSERT_EQ(l.world_size, 6);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(l.student_rank(0, r), 2 + r);
+    EXPECT_EQ(l.ranks[2 + r].run, r);
+    EXPECT_EQ(l.ranks[2 + r].student, 0);
+    EXPECT_EQ(l.group_ranks(GroupKind::kStudents, r), (std::vector<int>{2 + r}));
+    EXPECT_EQ(l.channel_rank(0, r), 1 + r);
+  }
+  EXPECT_EQ(l.ranks[0].run, -1);
+  EXPECT_EQ(l.group_count(GroupKind::kStudents), 4);
+  EXPECT_EQ(l.group_ranks(GroupKind::kLogitChannel, 0), (std::vector<int>{1, 2, 3, 4, 5}));
+}
+
+TEST(SharedTeacherLayout, TwoRunsOfTwoStudentsInBothOrders) {
+  const RankLayout roles = make_rank_layout(parallel(2, 1, 2), 6, 4, 0, 2);
+  EXPECT_EQ(roles.group_ranks(GroupKind::kLogitChannel, 0), (std::vector<int>{0, 2, 4}));
+  EXPECT_EQ(roles.group_ranks(GroupKind::kLogitChannel, 1), (std::vector<int>{1, 3, 5}));
+  EXPECT_EQ(roles.group_ranks(GroupKind::kStudents, 0), (std::vector<int>{2, 3}));
+  EXPECT_EQ(roles.group_ranks(GroupKind::kStudents, 1), (std::vector<int>{4, 5}));
+  const RankLayout pipes = make_rank_layout(parallel(2, 1, 2, RankOrder::kPipelines), 6, 4, 0, 2);
+  EXPECT_EQ(pipes.group_ranks(GroupKind::kLogitChannel, 0), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(pipes.group_ranks(GroupKind::kLogitChannel, 1), (std::vector<int>{3, 4, 5}));
+  EXPECT_EQ(pipes.group_ranks(GroupKind::kStudents, 0), (std::vector<int>{1, 4}));
+  EXPECT_EQ(pipes.group_ranks(GroupKind::kStudents, 1), (std::vector<int>{2, 5}));
+  // Every rank's slots reproduce the groups, and the channel rank of run r's student s is its key.
+  for (const RankLayout* l : {&roles, &pipes})
+    for (int r = 0; r < 2; ++r)
+      for (int s = 0; s < 2; ++s) {
+        const int rank = l->student_rank(s, r);
+        EXPECT_EQ(l->slot(rank, GroupKind::kLogitChannel).key, l->channel_rank(s, r));
+        EXPECT_EQ(l->slot(rank, GroupKind::kStudents), (GroupSlot{r, s}));
+      }
+}
+
+TEST(SharedTeacherLayout, TheWorldMustBeTeachersPlusEveryRunsStudents) {
+  const std::string e = test::error_of([] { make_rank_layout(parallel(1, 2, 1), 5, 4, 0, 4); });
+  EXPECT_NE(e.find("parallel."), std::string::npos) << e;
+  EXPECT_NE(e.find("6"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace deepen

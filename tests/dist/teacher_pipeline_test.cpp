@@ -18,7 +18,14 @@ TEST(TeacherPipeline, ProducesEachStudentsBatchesInTheTrainersOrder) {
   const BatchCounts counts{4, 2, 5};
   for (int64_t step = 0; step < schedule.total_steps(); ++step) {
     for (int p = 0; p < 2; ++p) {
-      const auto items = pipeline_items(plan, layout, p, step);
+      std::vector<BatchKey> items;
+      for (const TeacherItem& item : pipeline_items({ServedRun{&plan, nullptr, 0, schedule.total_steps()}}, layout, p, step)) {
+        // One run: one delivery per pass, to the student whose key it is.
+        ASSERT_EQ(item.to.size(), 1u);
+        EXPECT_EQ(item.to.front().run, 0);
+        EXPECT_EQ(item.to.front().key, item.key);
+        items.push_back(item.key);
+      }
       EXPECT_EQ(items, step_batches(counts, step, is_eval_step(cfg, schedule, step), 2 * p, 2)) << "step " << step;
       for (int64_t s = 2 * p; s < 2 * p + 2; ++s) {
         std::vector<BatchKey> mine;

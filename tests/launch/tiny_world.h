@@ -29,7 +29,7 @@ inline JobOptions quiet() {
 
 // The run plan a single-process `deepen train` of `cfg` makes (students folded into grad_accum).
 inline RunPlan local_plan(const Config& cfg, const Tokenizer& tokenizer) {
-  return plan_single_process_job(cfg, true, tokenizer, 0).run;
+  return plan_single_process_job(cfg, true, tokenizer, 0).run();
 }
 
 inline constexpr const char* kTinyStudentShape = R"(

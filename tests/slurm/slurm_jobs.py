@@ -19,6 +19,11 @@ hand under mpirun. Exit 77 (skip) where the Slurm packages are missing. Cases:
   study              `deepen study configs/demo/study_slurm.toml --slurm DIR` (study_small's four runs
                      and a matched run), then DIR/submit.sh: the array runs for real, the matched run
                      waits for post-grow (afterok); `deepen report` shows the five runs
+  preempt-group      a shared-teacher group of two runs (6 tasks, run.sbatch group FILE) preempted with
+                     scancel --signal=USR1 --batch, requeued: every run ends equal to the group by hand
+  study-shared       the same study with --share-teacher --max-group-runs 2: the joint and the grow pairs each
+                     run as one group job of 6 tasks (slurm/lib.sh: deepen_run_job group FILE), the
+                     matched run after the grow group; all five runs complete
 """
 import json
 import argparse
@@ -206,6 +211,56 @@ class Jobs:
                   f"COMPLETED; requeued at {requeued:.1f} s, running again at {rerun:.1f} s, {time.time() - t0:.1f} s in all")
             self.compare_with_reference(run_dir, f"preempted at step {stop} ({how}) and requeued", reference, steps)
 
+    def preempt_group(self):
+        """A shared-teacher group (two runs of LAYOUT behind one 2-stage teacher, 6 tasks) submitted with
+        slurm/run.sbatch group FILE, preempted with scancel --signal=USR1 --batch: every run checkpoints
+        at one agreed step, the script requeues the job, the rerun resumes every run and ends equal to
+        the same group run by hand without a stop."""
+        out = os.path.join(self.work, "slurm-preempt-group")
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        names = ("pre-grow", "post-grow")
+
+        def group_file(tag):
+            path = os.path.join(out, f"{tag}.toml")
+            with open(path, "w") as f:
+                f.write(f'[group]\nname = "{tag}"\nout_dir = "{out}/{tag}/job"\n')
+                for n in names:
+                    sets = list(LAYOUT) + [f'student.norm="{n.split("-")[0]}"', f'run.out_dir="{out}/{tag}/{n}"']
+                    f.write(f'\n[[run]]\nconfig = "{self.base}"\nset = [' + ", ".join(json.dumps(x) for x in sets) + "]\n")
+            return path
+
+        run(["mpirun", "-np", "6", self.deepen, "group", group_file("by-hand"), "--fresh", "--quiet"], env=MPI_ENV)
+        path, log = group_file("slurm"), os.path.join(out, "job.out")
+        with Cluster() as c:
+            t0 = time.time()
+            job = c.sbatch(["--nodes=1", "--ntasks=6", "--ntasks-per-node=6", "--gpus-per-node=6", "--cpus-per-task=1",
+                            f"--output={log}", "--time=10", os.path.join(SOURCE, "slurm", "run.sbatch"), "group", path,
+                            "--quiet"], env=dict(MPI_ENV, DEEPEN_BIN=self.deepen, DEEPEN_HOME=SOURCE), cwd=out)
+            self.wait_for_steps(c, job, os.path.join(out, "slurm", "post-grow"), 25)
+            c.run(["scancel", "--signal=USR1", "--batch", job])
+            deadline = time.time() + 120
+            while c.job(job).get("Restarts", "0") == "0":
+                assert time.time() < deadline, f"job {job} not requeued within 120 s\n{open(log).read()[-3000:]}"
+                assert c.job(job).get("JobState") not in TERMINAL, f"job {job} ended instead of requeueing:\n" + \
+                    open(log).read()[-3000:]
+                time.sleep(0.1)
+            c.wait_state(job, {"PENDING", "RUNNING"} | TERMINAL, timeout=60, poll=0.1)
+            c.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False)
+            info = c.wait_state(job, TERMINAL, timeout=600)
+            text = open(log).read()
+            assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", \
+                f"job {job}: {info['JobState']} {info['ExitCode']}\n{text[-4000:]}"
+            assert info.get("Restarts") == "1", f"job {job}: Restarts={info.get('Restarts')}"
+            agreed = [l for l in text.splitlines() if "coordinated stop agreed" in l]
+            assert agreed, f"no coordinated stop in the job's output:\n{text[-3000:]}"
+            assert "student 0 run 1" in text, "the rank map names each student's run"
+            print(f"group job {job}: scancel --signal=USR1 --batch -> {agreed[0].strip()} -> requeued -> COMPLETED "
+                  f"in {time.time() - t0:.1f} s")
+        for n in names:
+            self.compare_with_reference(os.path.join(out, "slurm", n), f"group run {n} preempted and requeued",
+                                        os.path.join(out, "by-hand", n))
+
     def study(self):
         out = os.path.join(self.work, "slurm-study")
         shutil.rmtree(out, ignore_errors=True)
@@ -267,6 +322,60 @@ class Jobs:
               f"{grow['active_layer_tokens']:,} active-layer tokens in {joint['steps']} steps (post-grow: {grow['steps']})")
 
 
+    def study_shared(self):
+        """The same study with --share-teacher --max-group-runs 2: the joint pair and the grow pair each
+        train as one group job of 1 x 2 + 2 x 2 = 6 tasks, the matched run alone after the grow group."""
+        out = os.path.join(self.work, "slurm-study-shared")
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        runs, scripts = os.path.join(out, "runs"), os.path.join(out, "slurm")
+        sets = [f'data.train="{self.work}/data/train"', f'data.valid="{self.work}/data/valid"',
+                f'teacher.checkpoint="{self.work}/teacher/final/hf"', 'run.device="cpu"',
+                "student.hidden=48", "student.head_dim=12", "student.intermediate=96"]
+        cmd = [self.deepen, "study", os.path.join(SOURCE, "configs", "demo", "study_slurm.toml"), "--out", runs,
+               "--slurm", scripts, "--share-teacher", "--max-group-runs", "2", "--gpus-per-node", "8",
+               "--cpus-per-task", "1", "--time", "10"]
+        p = subprocess.run(cmd + sum((["--set", x] for x in sets), []), capture_output=True, text=True, timeout=120,
+                           cwd=out)
+        assert p.returncode == 0, f"deepen study --slurm failed ({p.returncode}):\n{p.stdout[-2000:]}{p.stderr[-3000:]}"
+        listed = [l for l in open(os.path.join(scripts, "study.list")) if l.strip() and not l.startswith("#")]
+        assert [l.split()[0] for l in listed[:2]] == ["group", "group"] and len(listed) == 3, listed
+        with Cluster() as c:
+            p = subprocess.run([os.path.join(scripts, "submit.sh")], capture_output=True, text=True, timeout=120,
+                               env=dict(c.env, **MPI_ENV), cwd=out)
+            assert p.returncode == 0, f"submit.sh failed ({p.returncode}):\n{p.stdout}{p.stderr}"
+            print(p.stdout.strip())
+            jobs = sorted(set(re.findall(r"^array (\d+):", p.stdout, re.M) + re.findall(r": job (\d+)_", p.stdout)))
+            matched = re.search(r"post-joint-matched\S*: job (\d+_\d+) after (\d+_\d+)", p.stdout)
+            assert len(jobs) == 2 and matched, f"one array of the two groups and the matched job after one:\n{p.stdout}"
+            deadline = time.time() + 600
+            tasks = []
+            while time.time() < deadline:
+                tasks = [t for j in jobs for t in c.jobs(j)]
+                if len(tasks) == 3 and all(t.get("JobState") in TERMINAL for t in tasks):
+                    break
+                bad = [t for t in tasks if t.get("JobState") in TERMINAL - {"COMPLETED"}]
+                assert not bad, f"{bad[0].get('JobId')} {bad[0].get('JobState')}:\n" + _logs(scripts)
+                time.sleep(0.5)
+            else:
+                raise AssertionError("the study's jobs did not finish within 600 s:\n" + _logs(scripts))
+            by_id = {f"{t['ArrayJobId']}_{t['ArrayTaskId']}": t for t in tasks}
+            for name, t in by_id.items():
+                assert t["JobState"] == "COMPLETED" and t["ExitCode"] == "0:0", f"{name}: {t['JobState']} {t['ExitCode']}"
+                if t["ArrayTaskId"] in ("0", "1"):
+                    assert t["NumTasks"] == "6", f"{name}: a group of two runs is one allocation of 6 tasks, got {t['NumTasks']}"
+            waited, upstream = by_id[matched.group(1)], by_id[matched.group(2)]
+            assert waited["StartTime"] >= upstream["EndTime"], (waited["StartTime"], upstream["EndTime"])
+        for run_name in ("pre-joint", "post-joint", "pre-grow", "post-grow", "post-joint-matched"):
+            done = json.load(open(os.path.join(runs, run_name, "seed1", "active_layer_tokens.json")))
+            assert done["complete"], f"{run_name} did not finish: {done}"
+        for g in ("g0", "g1"):
+            passes = [json.loads(l)["passes"] for l in open(os.path.join(runs, "groups", g, "job", "step_time", "rank1.jsonl"))]
+            assert passes, g
+        print("study with a shared teacher on Slurm: 2 group jobs of 6 tasks and the matched run after the grow "
+              "group, all 5 runs complete")
+
+
 def _logs(folder):
     text = ""
     for name in sorted(os.listdir(os.path.join(folder, "logs"))):
@@ -284,7 +393,8 @@ def main():
     j = Jobs(a.deepen, a.work)
     {"launch-srun": lambda: j.launch("srun"), "launch-mpirun": lambda: j.launch("mpirun"),
      "node-failure": j.node_failure, "preempt": lambda: j.preempt(False),
-     "preempt-timelimit": lambda: j.preempt(True), "study": j.study}[a.case]()
+     "preempt-timelimit": lambda: j.preempt(True), "study": j.study, "study-shared": j.study_shared,
+     "preempt-group": j.preempt_group}[a.case]()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,40 @@
+// Study cost: device-hours and job time of a study's runs, each with its own teacher or sharing one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace deepen {
+
+// One run as the cost model (plan/cost_model.h) rates its layout.
+struct RunRates {
+  std::string id;                     // "post-grow/seed1"
+  int64_t teacher_devices = 0;        // T·P
+  int64_t student_devices = 0;        // S
+  double tokens = 0;                  // training tokens of the whole run
+  double teacher_tokens_per_s = 0;    // T pipelines' supply
+  double channel_tokens_per_s = 0;    // what the logit channels carry for one run
+  double student_tokens_per_s = 0;    // its S students' demand, tokens-weighted over the curriculum
+  double alone_tokens_per_s = 0;      // the run alone: min of the three, per stage, over the curriculum
+};
+
+struct StudyCost {
+  double alone_device_hours = 0, alone_job_hours = 0;    // every run with its own teacher
+  double shared_device_hours = 0, shared_job_hours = 0;  // runs grouped as given
+};
+
+// Pure. Alone, run r holds T·P + S devices for tokens / alone_tokens_per_s. A group of R runs is one
+// job of T·P + Σ S devices: the teacher computes each micro-batch once for all of them and sends it R
+// times, so the group moves at min(teacher, channel / R, the slowest run's students) — the fastest run
+// is held back to the slowest (a bounded lead of parallel.max_in_flight micro-batches does not change
+// the rate) — and holds its devices until its longest run is done (a finished run leaves, but its
+// devices stay allocated). Job hours are the jobs' times summed (one after another).
+//
+// Worked example: two runs, each T·P = 8 teacher devices and S = 8 students, 1e9 tokens; teacher
+// 1e5 tokens/s, channel 1e6, students 2e5, so alone 1e5 tokens/s (teacher bound):
+//   alone:  2 × 16 devices × 1e4 s = 3.2e5 device-s = 88.9 device-hours, 2 × 1e4 s = 5.56 job hours
+//   shared: rate min(1e5, 1e6 / 2, 2e5) = 1e5; 24 devices × 1e4 s = 66.7 device-hours, 2.78 job hours
+StudyCost study_cost(const std::vector<RunRates>& runs, const std::vector<std::vector<size_t>>& groups);
+
+}  // namespace deepen

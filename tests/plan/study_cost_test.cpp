@@ -1,0 +1,43 @@
+// Study cost: the worked example of plan/study_cost.h and what bounds a shared group's pace.
+#include <gtest/gtest.h>
+
+#include "plan/study_cost.h"
+
+namespace deepen {
+namespace {
+
+RunRates teacher_bound(const std::string& id) { return RunRates{id, 8, 8, 1e9, 1e5, 1e6, 2e5, 1e5}; }
+
+TEST(StudyCost, TheWorkedExampleOfTheHeader) {
+  const std::vector<RunRates> runs = {teacher_bound("a"), teacher_bound("b")};
+  const StudyCost c = study_cost(runs, {{0, 1}});
+  EXPECT_NEAR(c.alone_device_hours, 2 * 16 * 1e4 / 3600.0, 1e-9);
+  EXPECT_NEAR(c.alone_job_hours, 2 * 1e4 / 3600.0, 1e-9);
+  EXPECT_NEAR(c.shared_device_hours, 24 * 1e4 / 3600.0, 1e-9);
+  EXPECT_NEAR(c.shared_job_hours, 1e4 / 3600.0, 1e-9);
+}
+
+TEST(StudyCost, AGroupMovesAtItsSlowestRunAndHoldsItsDevicesForItsLongest) {
+  std::vector<RunRates> runs = {teacher_bound("fast"), teacher_bound("slow")};
+  runs[1].student_tokens_per_s = 5e4;  // a 9-layer joint run beside a 3-layer one
+  runs[1].alone_tokens_per_s = 5e4;
+  runs[0].tokens = 2e9;                // and the fast one twice as long
+  const StudyCost c = study_cost(runs, {{0, 1}});
+  EXPECT_NEAR(c.shared_job_hours, 2e9 / 5e4 / 3600.0, 1e-9);
+  EXPECT_NEAR(c.shared_device_hours, 24 * 2e9 / 5e4 / 3600.0, 1e-9);
+  // Groups of one are the runs alone.
+  const StudyCost apart = study_cost(runs, {{0}, {1}});
+  EXPECT_NEAR(apart.shared_device_hours, apart.alone_device_hours, 1e-9);
+}
+
+TEST(StudyCost, ManyRunsOnOneChannelBecomeChannelBound) {
+  std::vector<RunRates> runs;
+  for (int i = 0; i < 20; ++i) runs.push_back(teacher_bound("r" + std::to_string(i)));
+  std::vector<size_t> all;
+  for (size_t i = 0; i < runs.size(); ++i) all.push_back(i);
+  const StudyCost c = study_cost(runs, {all});
+  EXPECT_NEAR(c.shared_job_hours, 1e9 / (1e6 / 20) / 3600.0, 1e-9);  // 5e4 tokens/s: the channel
+}
+
+}  // namespace
+}  // namespace deepen
