@@ -21,6 +21,7 @@
 #include "report/paper_tables.h"
 #include "report/report_plots.h"
 #include "report/scaling.h"
+#include "report/teacher_sharing.h"
 #include "run_folder/active_layer_tokens.h"
 #include "run_folder/jsonl.h"
 #include "run_folder/run_folder.h"
@@ -638,7 +639,8 @@ Report write_report(const std::vector<std::string>& paths, const ReportOptions& 
   fs::create_directories(options.out_dir);
   std::vector<std::string> images;
   if (options.plots) images = write_report_plots(report, options, report.notes);
-  std::string md = report_markdown(report) + paper_tables_markdown(report) + scaling_markdown(report.sweeps);
+  std::string md = report_markdown(report) + teacher_sharing_markdown(find_shared_teacher_jobs(paths)) +
+                   paper_tables_markdown(report) + scaling_markdown(report.sweeps);
   bool plots_heading = false;
   for (const auto& img : images) {
     // The scaling figures sit in their own section (scaling_markdown links them).

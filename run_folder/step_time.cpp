@@ -20,6 +20,7 @@ nlohmann::json StepTime::to_json() const {
   for (const auto& [name, s] : parts) p[name] = s;
   nlohmann::json j = {{"step", step}, {"role", role}, {"time_s", seconds}, {"parts", p}};
   if (passes >= 0) j["passes"] = passes;
+  if (deliveries >= 0) j["deliveries"] = deliveries;
   return j;
 }
 

@@ -26,8 +26,11 @@ struct StepTime {
   // A teacher stage's forward passes at the step (the micro-batches it computed; with a shared
   // teacher fewer than it delivered); -1 = not counted (students).
   int64_t passes = -1;
+  // ... and the micro-batches it delivered (one per receiving student of every run): equal to passes
+  // for one run, up to R times more when R runs share the teacher; -1 = not counted.
+  int64_t deliveries = -1;
   double parts_sum() const;
-  // {"step": 3, "role": "student", "time_s": 0.12, "parts": {"data": 0.001, ...}}, and "passes" when counted
+  // {"step": 3, "role": "student", "time_s": 0.12, "parts": {"data": 0.001, ...}}, and "passes", "deliveries" when counted
   nlohmann::json to_json() const;
 };
 

@@ -86,6 +86,9 @@ TEST(Demo, SmallDemoWritesTheTableAndPlotsFromTheRunRecords) {
   std::snprintf(delta, sizeof delta, "| grow: post − pre | %+.4f |", ce["post-grow"] - ce["pre-grow"]);
   EXPECT_NE(md.find(delta), std::string::npos) << delta << "\n" << md;
   EXPECT_NE(md.find("Phase-wise crossover: pre-grow vs post-grow"), std::string::npos);
+  // The four runs shared one teacher (study.share_teacher): the report says what that saved.
+  EXPECT_NE(md.find("## Shared teacher"), std::string::npos) << md;
+  EXPECT_NE(md.find("of the teacher's work saved"), std::string::npos) << md;
 
   // Plots: PNG and SVG, drawn from data files holding the records' numbers.
   for (const char* f : {"val_ce.png", "val_ce.svg", "residual_rms.png", "residual_rms.svg", "identity.png", "identity.svg"}) {

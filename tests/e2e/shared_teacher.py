@@ -166,6 +166,9 @@ class SharedTeacher(Cases):
         with open(os.path.join(root, "report", "report.md")) as f:
             md = f.read()
         assert "Data order: seed 1 reads order 5." in md, md[:3000]
+        saved = re.search(r"groups/g0/job: (\d+) teacher forward passes for (\d+) micro-batches delivered: 50% of the "
+                          r"teacher's work saved", md)
+        assert saved, md[:4000]
         print("study: one group job of 2 runs, the matched run after it alone; a rerun runs nothing; "
               "the report names the data order")
 
