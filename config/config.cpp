@@ -429,6 +429,17 @@ void validate_eval_checkpoint_control(const Checker& c, const Config& cfg) {
   c.positive("control.nccl_setup_timeout_s", ct.nccl_setup_timeout_s);
 }
 
+void validate_guard(const Checker& c, const GuardConfig& g) {
+  if (!(g.spike_factor == 0 || g.spike_factor > 1))
+    c.fail("guard.spike_factor", "must be 0 (off) or > 1, got " + format_double(g.spike_factor));
+  c.at_least("guard.spike_window", g.spike_window, 1);
+  c.at_least("guard.max_skips", g.max_skips, 0);
+  if (!(g.rollback_lr_factor > 0 && g.rollback_lr_factor < 1))
+    c.fail("guard.rollback_lr_factor", "must be in (0, 1), got " + format_double(g.rollback_lr_factor));
+  c.at_least("guard.max_rollbacks", g.max_rollbacks, 0);
+  c.positive("guard.lr_scale", g.lr_scale);
+}
+
 }  // namespace
 
 // Every float key is finite and within fp32's range before this runs (SectionReader); enumerated
@@ -442,6 +453,7 @@ void validate_config(const Config& cfg) {
   validate_distill_and_optim(c, cfg.distill, cfg.optim);
   validate_parallel(c, cfg.parallel, cfg.student);
   validate_eval_checkpoint_control(c, cfg);
+  validate_guard(c, cfg.guard);
 }
 
 Config parse_config(const std::string& toml_text, const std::string& source,

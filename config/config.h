@@ -267,6 +267,37 @@ struct ControlConfig {
   }
 };
 
+// [guard]: the divergence guard on every student (train/divergence_guard.h). A step whose loss or
+// gradient norm is not finite (or, with spike_factor, whose loss jumps past spike_factor x the median
+// of the last spike_window steps) trips it before its update is applied, so no non-finite weights
+// are ever stepped into, checkpointed or exported. Every student sees the same step loss and norm
+// (both are reduced over the students), so all take the same decision at the same step. The whole
+// section is a recovery setting: changing it does not stop a resume (that is how a stopped run
+// resumes with a lower lr_scale).
+struct GuardConfig {
+  // "stop": the run ends with exit code 4 (config/input_error.h), naming the step, the student(s),
+  //         the quantity and the last good checkpoint; resume from it, e.g. with a lower lr_scale.
+  // "skip": the step's update is dropped (its data is consumed, its metrics record left out, the
+  //         skip written to guard.jsonl) and the run goes on; past max_skips in one start it stops.
+  // "rollback": the run ends with exit code 5 after writing a lowered LR scale (x rollback_lr_factor)
+  //         to guard.jsonl; the next start resumes from the last good checkpoint with it (the Slurm
+  //         scripts requeue on 5). After max_rollbacks the guard stops instead.
+  GuardAction action = GuardAction::kStop;
+  double spike_factor = 0;          // > 1 turns the loss-spike test on; 0 = off
+  int64_t spike_window = 100;       // steps whose losses the spike test takes the median of
+  int64_t max_skips = 10;
+  double rollback_lr_factor = 0.5;  // in (0, 1)
+  int64_t max_rollbacks = 3;
+  // Multiplies the whole LR schedule (warmup, cosine, every phase). Resume a run the guard stopped
+  // with a lower one: `--set guard.lr_scale=0.5`; the "lr" of metrics.jsonl is the value used.
+  double lr_scale = 1;
+  template <class V> void visit(V& v) {
+    v("action", action); v("spike_factor", spike_factor); v("spike_window", spike_window);
+    v("max_skips", max_skips); v("rollback_lr_factor", rollback_lr_factor); v("max_rollbacks", max_rollbacks);
+    v("lr_scale", lr_scale);
+  }
+};
+
 struct Config {
   std::string source;                 // file the config came from, for error messages
   std::set<std::string> overridden;   // "section.key"s set by --set: errors name them as such
@@ -281,10 +312,12 @@ struct Config {
   EvalConfig eval;
   CheckpointConfig checkpoint;
   ControlConfig control;
+  GuardConfig guard;
   template <class V> void visit_sections(V& v) {
     v("run", run); v("data", data); v("teacher", teacher); v("student", student);
     v("curriculum", curriculum); v("distill", distill); v("optim", optim);
     v("parallel", parallel); v("eval", eval); v("checkpoint", checkpoint); v("control", control);
+    v("guard", guard);
   }
 };
 

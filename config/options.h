@@ -86,6 +86,10 @@ template <> struct OptionSpelling<RankOrder> { static constexpr std::array names
 enum class Sharding { kNone, kGradOp, kFull };
 template <> struct OptionSpelling<Sharding> { static constexpr std::array names{"none", "grad_op", "full"}; };
 
+// guard.action: what a non-finite loss or gradient norm, or a loss spike, does (train/divergence_guard.h).
+enum class GuardAction { kStop, kSkip, kRollback };
+template <> struct OptionSpelling<GuardAction> { static constexpr std::array names{"stop", "skip", "rollback"}; };
+
 // A study run's command and launcher (study/study.h).
 enum class StudyCommand { kTrain, kPretrain };
 template <> struct OptionSpelling<StudyCommand> { static constexpr std::array names{"train", "pretrain"}; };

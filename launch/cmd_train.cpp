@@ -21,7 +21,7 @@ struct TrainCommand {
   bool quiet = false;
 };
 
-void add_training_command(CLI::App& app, const char* name, const char* help, bool distill) {
+CLI::App* add_training_command(CLI::App& app, const char* name, const char* help, bool distill) {
   auto opts = std::make_shared<TrainCommand>();
   CLI::App* cmd = app.add_subcommand(name, help);
   add_config_options(*cmd, opts->config);
@@ -31,11 +31,15 @@ void add_training_command(CLI::App& app, const char* name, const char* help, boo
                   "stop with a checkpoint after this many optimizer steps (exit code 3, like a preemption)");
   cmd->add_flag("--quiet", opts->quiet, "no per-step progress lines");
   cmd->callback([opts, distill] {
-    // Before anything slow (MPI, loading the teacher): a stop signal is kept until the control
-    // plane can turn it into a coordinated stop, instead of killing a rank that is still starting.
+    // A stop signal is kept until the control plane can turn it into a coordinated stop, instead
+    // of killing a rank that is still starting (main installed the handler before LibTorch loaded;
+    // this keeps it for callers of the command that did not go through main, such as tests).
     control::catch_early_stop_signals();
     const Config cfg = load_config(opts->config);
-    if (opts->config.dry_run) return;
+    if (opts->config.dry_run) {
+      control::release_early_stop_signals();  // nothing runs that could act on one
+      return;
+    }
     JobOptions job;
     job.resume = !opts->fresh;
     if (opts->stop_after > 0) job.stop_after_steps = opts->stop_after;
@@ -47,16 +51,17 @@ void add_training_command(CLI::App& app, const char* name, const char* help, boo
                                                    : run_train_job(cfg, job);
     if (rc != kExitOk) throw ExitRequest(rc);
   });
+  return cmd;
 }
 
 }  // namespace
 
-void register_train_command(CLI::App& app) {
-  add_training_command(app, "train", "distil the teacher into the growing student (single process)", true);
+CLI::App* register_train_command(CLI::App& app) {
+  return add_training_command(app, "train", "distil the teacher into the growing student (single process)", true);
 }
 
-void register_pretrain_command(CLI::App& app) {
-  add_training_command(app, "pretrain", "train a model on next-token CE alone (the demo teacher, baselines)", false);
+CLI::App* register_pretrain_command(CLI::App& app) {
+  return add_training_command(app, "pretrain", "train a model on next-token CE alone (the demo teacher, baselines)", false);
 }
 
 }  // namespace deepen

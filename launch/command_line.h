@@ -26,8 +26,9 @@ Config load_config(const ConfigOptions& opts);
 void register_inspect_command(CLI::App& app);
 void register_forward_command(CLI::App& app);
 void register_export_command(CLI::App& app);
-void register_train_command(CLI::App& app);     // cmd_train.cpp
-void register_pretrain_command(CLI::App& app);  // cmd_train.cpp
+// The two training commands return their subcommand: main keeps early stop signals for them only.
+CLI::App* register_train_command(CLI::App& app);     // cmd_train.cpp
+CLI::App* register_pretrain_command(CLI::App& app);  // cmd_train.cpp
 void register_study_command(CLI::App& app);     // cmd_study.cpp
 void register_group_command(CLI::App& app);     // cmd_group.cpp
 void register_report_command(CLI::App& app);    // cmd_report.cpp

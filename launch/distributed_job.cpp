@@ -15,8 +15,10 @@
 #include "dist/rank_layout.h"
 #include "dist/run_device.h"
 #include "dist/teacher_pipeline.h"
+#include "launch/fault_injection.h"
 #include "launch/job_control.h"
 #include "launch/job_parts.h"
+#include "launch/startup_checks.h"
 #include "model/cpu_kernel_choice.h"
 #include "model/teacher_stage.h"
 #include "run_folder/checkpoint_store.h"
@@ -27,46 +29,6 @@
 #include "train/student_trainer.h"
 
 namespace deepen {
-namespace {
-
-// Fault injection for tests (DEEPEN_FAULT_WRONG_BATCH=<student>:<step>): that student trains on
-// another step's batch at that step, the desync the logit channel's checksum must catch.
-class WrongBatchAt : public BatchSource {
- public:
-  WrongBatchAt(const BatchSource& inner, int64_t student, int64_t step) : inner_(inner), student_(student), step_(step) {}
-  MicroBatch train(int64_t step, int64_t student, int64_t micro) const override {
-    if (student != student_ || step != step_) return inner_.train(step, student, micro);
-    MicroBatch wrong = inner_.train(step + 1, student, micro);
-    wrong.step = step;
-    return wrong;
-  }
-  MicroBatch eval(int64_t index) const override { return inner_.eval(index); }
-  int64_t eval_batches() const override { return inner_.eval_batches(); }
-  MicroBatch diagnostic() const override { return inner_.diagnostic(); }
-  std::vector<int64_t> identity(const BatchKey& key) const override {
-    if (key.kind != BatchKind::kTrain || key.student != student_ || key.step != step_) return inner_.identity(key);
-    BatchKey wrong = key;
-    ++wrong.step;
-    return inner_.identity(wrong);
-  }
-
- private:
-  const BatchSource& inner_;
-  int64_t student_, step_;
-};
-
-std::unique_ptr<BatchSource> with_injected_faults(std::unique_ptr<BatchSource> batches,
-                                                  std::unique_ptr<BatchSource>& keep) {
-  const char* spec = std::getenv("DEEPEN_FAULT_WRONG_BATCH");
-  if (!spec) return batches;
-  int64_t student = 0, step = 0;
-  if (std::sscanf(spec, "%ld:%ld", &student, &step) != 2)
-    throw InputError(std::string("DEEPEN_FAULT_WRONG_BATCH: expected <student>:<step>, got ") + spec);
-  keep = std::move(batches);
-  return std::make_unique<WrongBatchAt>(*keep, student, step);
-}
-
-}  // namespace
 
 bool launched_with_several_ranks() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
@@ -77,23 +39,6 @@ bool launched_with_several_ranks() {
 
 namespace {
 
-// Each run's student 0 chooses the checkpoint its run resumes from (the newest valid one in its
-// folder); every rank learns every run's choice, so the teachers start feeding each run at its step.
-// Returns the steps done per run (0: a fresh start).
-std::vector<int64_t> agree_on_resume_steps(Communicator& world, const JobPlan& plan, const RankInfo& me, bool resume) {
-  int64_t mine = -2;  // not a run's student 0
-  if (me.is_student() && me.student == 0) {
-    mine = -1;
-    const Config& cfg = plan.runs.at(static_cast<size_t>(me.run)).cfg;
-    if (resume)
-      if (auto found = CheckpointStore(cfg.run.out_dir, cfg.checkpoint.keep).latest_valid()) mine = found->step;
-  }
-  const std::vector<int64_t> all = world.all_gather(mine);
-  std::vector<int64_t> steps_done;
-  for (int r = 0; r < plan.layout->runs; ++r) steps_done.push_back(all.at(static_cast<size_t>(plan.layout->student_rank(0, r))) + 1);
-  return steps_done;
-}
-
 struct RankContext {
   const JobPlan& plan;
   const JobOptions& options;
@@ -103,6 +48,7 @@ struct RankContext {
   JobControl& control;
   at::Device device;
   std::vector<int64_t> steps_done;  // per run: the agreed resume point
+  std::vector<std::string> resume_checkpoint;  // per run: its folder (empty: a fresh start)
   std::vector<int64_t> end_step;    // per run: where this job stops it (its end, or --stop-after)
 };
 
@@ -170,20 +116,19 @@ int run_student_rank(const RankContext& c) {
                                teacher_head_for_channel(c.plan, c.device));
   std::unique_ptr<BatchSource> real_batches;
   const std::unique_ptr<BatchSource> batches =
-      with_injected_faults(make_shard_batch_source(plan, c.tokenizer), real_batches);
+      inject_wrong_batch(make_shard_batch_source(plan, c.tokenizer), real_batches);
+  const std::unique_ptr<TeacherSource> nan_teacher = inject_nan_targets(teacher);
   const int64_t steps_done = c.steps_done.at(static_cast<size_t>(me.run));
   StudentRun run;
   run.plan = plan;
   run.tokenizer = &c.tokenizer;
   run.batches = batches.get();
-  run.teacher = &teacher;
+  run.teacher = nan_teacher ? nan_teacher.get() : &teacher;
   run.group = &group;
   run.world_rank = c.mpi.rank();
   run.device = c.device;
   run.resume = steps_done > 0;
-  if (run.resume)
-    run.resume_checkpoint = CheckpointStore(plan.cfg.run.out_dir, plan.cfg.checkpoint.keep).root() + "/" +
-                            checkpoint_folder_name(steps_done - 1);
+  run.resume_checkpoint = c.resume_checkpoint.at(static_cast<size_t>(me.run));
   run.stop_after_steps = c.options.stop_after_steps;
   run.print_progress = c.options.print_progress;
   run.stop_requested = [&c](int64_t s) { return c.control.stop_at(s); };
@@ -212,6 +157,9 @@ int run_planned_distributed_job(const JobPlan& plan, const JobOptions& options, 
   }
 
   std::unique_ptr<Communicator> world = make_communicator(plan.backend, mpi, cfg.control.nccl_setup_timeout_s);
+  // Every run's folder and data, checked by its student 0 for every rank: a job that fails them fails
+  // on every rank with the same error and leaves nothing in any run folder.
+  AgreedStart start = agree_on_startup(*world, plan, tokenizer, options.resume, options.print_progress);
   // After the NCCL world (which picked the same GPU with the same rule and made it current).
   const int local_rank = node_local_rank([](const char* n) { return std::getenv(n); }, mpi.local_rank());
   const at::Device device = compute_device(plan, local_rank);
@@ -223,8 +171,9 @@ int run_planned_distributed_job(const JobPlan& plan, const JobOptions& options, 
   JobControl control(cfg.control, plan.job_dir, mpi.rank(), mpi.size(), mpi.hostnames(), world.get(), role_of(me),
                      run_name, [&world] { world->abort(); });
 
-  RankContext context{plan, options, tokenizer, mpi, groups, control, device, {}, {}};
-  context.steps_done = agree_on_resume_steps(*world, plan, me, options.resume);
+  RankContext context{plan, options, tokenizer, mpi, groups, control, device, {}, {}, {}};
+  context.steps_done = start.steps_done;
+  context.resume_checkpoint = start.resume_checkpoint;
   // Before any model runs: a resumed rank repeats the kernel choices it made before (same rounding).
   const std::string calibration_dir = me.is_student() ? plan.runs.at(size_t(me.run)).cfg.run.out_dir : plan.job_dir;
   const bool any_resumed = std::any_of(context.steps_done.begin(), context.steps_done.end(), [](int64_t s) { return s > 0; });
@@ -235,7 +184,12 @@ int run_planned_distributed_job(const JobPlan& plan, const JobOptions& options, 
     context.end_step.push_back(std::max(end, context.steps_done[r]));
   }
 
-  const int rc = me.is_teacher() ? run_teacher_rank(context) : run_student_rank(context);
+  int rc = kExitFailure;
+  try {
+    rc = me.is_teacher() ? run_teacher_rank(context) : run_student_rank(context);
+  } catch (...) {
+    control.leave_on_failure(std::current_exception());  // the reason reaches every rank's log
+  }
   // A run that finished leaves the control plane before it waits for the others (a shared teacher
   // goes on for the longer runs): it is then neither asked about a stop nor watched for progress.
   // Rank 0 (a teacher in every order) hosts the coordinator and leaves last.

@@ -4,39 +4,24 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 
 #include <ATen/ATen.h>
 
+#include "config/input_error.h"
+#include "config/text_file.h"
 #include "dist/communicator.h"
 #include "dist/control/control_plane.h"
+#include "launch/job_parts.h"
 #include "run_folder/run_folder.h"
 #include "run_folder/step_time.h"
 #include "train/student_trainer.h"
 
 namespace deepen {
 namespace fs = std::filesystem;
-
-namespace {
-
-// Sends rank 0's bytes to every rank (no-op without a world). The tensors go on the world's device
-// (NCCL moves only device memory) and come back to the host to be read.
-void share(Communicator* world, std::string& bytes) {
-  if (!world || world->size() == 1) return;
-  const at::Device wire = world->device();
-  at::Tensor size = at::full({1}, static_cast<int64_t>(bytes.size()), at::TensorOptions().dtype(at::kLong).device(wire));
-  world->broadcast(size, 0);
-  at::Tensor buf = at::zeros({size.item<int64_t>()}, at::kByte);
-  if (world->rank() == 0) std::memcpy(buf.data_ptr(), bytes.data(), bytes.size());
-  at::Tensor on_wire = buf.to(wire);
-  world->broadcast(on_wire, 0);
-  buf = on_wire.to(at::kCPU);
-  bytes.assign(static_cast<const char*>(buf.data_ptr()), static_cast<size_t>(buf.numel()));
-}
-
-}  // namespace
 
 JobControl::JobControl(const ControlConfig& control, const std::string& job_dir, int rank, int world_size,
                        const std::vector<std::string>& hostnames, Communicator* world, const std::string& role,
@@ -50,7 +35,7 @@ JobControl::JobControl(const ControlConfig& control, const std::string& job_dir,
     control::write_secret_file(RunFolder(job_dir).control_secret(), s);
     secret_bytes.assign(reinterpret_cast<const char*>(s.data()), s.size());
   }
-  share(world, secret_bytes);
+  broadcast_bytes(world, secret_bytes);
   control::Secret secret{};
   std::memcpy(secret.data(), secret_bytes.data(), std::min(secret.size(), secret_bytes.size()));
 
@@ -71,7 +56,7 @@ JobControl::JobControl(const ControlConfig& control, const std::string& job_dir,
   plane_ = std::make_unique<control::ControlPlane>(options);
   std::string endpoint;
   if (rank == 0) endpoint = plane_->host_coordinator().str();
-  share(world, endpoint);
+  broadcast_bytes(world, endpoint);
   plane_->connect(control::parse_endpoint(endpoint, "coordinator endpoint"));
   if (rank == 0) {
     if (auto m = plane_->metrics_endpoint()) std::cerr << "deepen: metrics at http://" << m->str() << "/metrics\n";
@@ -90,7 +75,58 @@ void JobControl::report(int64_t steps_done, int64_t stage, int64_t depth,
   plane_->report(steps_done, stage, depth, control::Metrics(metrics.begin(), metrics.end()), phase);
 }
 
-void JobControl::shutdown(int exit_code) { plane_->shutdown(exit_code); }
+void JobControl::shutdown(int exit_code) { leave(exit_code, ""); }
+
+void JobControl::leave(int exit_code, const std::string& message) {
+  plane_->shutdown(exit_code, message);
+  control::Coordinator* coordinator = plane_->coordinator();
+  const char* file = std::getenv("DEEPEN_EXIT_CODE_FILE");
+  if (!coordinator || !file || !*file) return;
+  // The job's code: an abort's (the failed rank's own code, lent to all), or the one every rank left
+  // with; ranks that left with different codes and no abort leave the launcher's status standing.
+  std::optional<int> job_code;
+  if (const auto abort = coordinator->aborted()) {
+    job_code = abort->exit_code;
+  } else {
+    const std::vector<control::RankView> ranks = coordinator->ranks();
+    const bool agree = std::all_of(ranks.begin(), ranks.end(), [&](const control::RankView& r) {
+      return r.state == control::RankState::kDone && r.exit_code == ranks.front().exit_code;
+    });
+    if (agree && !ranks.empty()) job_code = ranks.front().exit_code;
+  }
+  if (!job_code) return;
+  try {
+    write_file_text(file, std::to_string(*job_code) + "\n", "the job's exit code");
+  } catch (const std::exception& e) {
+    std::cerr << "deepen: " << e.what() << "\n";  // the launcher's own status still stands
+  }
+}
+
+std::optional<std::pair<int, std::string>> JobControl::aborted() const {
+  if (auto info = plane_->aborted()) return std::make_pair(info->exit_code, info->message);
+  return std::nullopt;
+}
+
+void JobControl::leave_on_failure(std::exception_ptr failure) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const InputError& e) {  // this rank's own reason: the others learn it
+    leave(kExitBadInput, e.what());
+    throw;
+  } catch (const ExitError& e) {
+    leave(e.code(), e.what());
+    throw;
+  } catch (const std::exception& e) {
+    // A collective that failed because the job was aborted (another rank's error, a death, the
+    // watchdog): the abort's reason and code are this rank's too.
+    if (const auto abort = aborted()) {
+      leave(abort->first, abort->second);
+      throw ExitError(abort->first, "the job stopped: " + abort->second);
+    }
+    leave(kExitFailure, e.what());
+    throw;
+  }
+}
 
 std::vector<std::pair<std::string, double>> step_time_metrics(const StepTime& t) {
   std::vector<std::pair<std::string, double>> out = {{"step_seconds", t.seconds}};

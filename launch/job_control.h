@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -36,10 +38,24 @@ class JobControl {
   bool stop_at(int64_t steps_done);
   void report(int64_t steps_done, int64_t stage, int64_t depth, const std::vector<std::pair<std::string, double>>& metrics,
               const std::string& phase = "train");
-  // Leaves on purpose with the job's exit code (0 finished, 3 stopped for requeue).
+  // Leaves on purpose with the job's exit code (0 finished, 3 stopped for requeue). On the hosting
+  // rank, with DEEPEN_EXIT_CODE_FILE set (slurm/lib.sh), the job's code as the coordinator saw every
+  // rank leave is written there: mpirun's own status does not say it (with
+  // orte_abort_on_non_zero_status = 0 it returns 0 when every rank exits 3, and 1 after a SIGTERM).
   void shutdown(int exit_code);
 
+  // Leaves on a failure and rethrows it for main's exit code. This rank's own error (an InputError,
+  // an ExitError, any other exception) goes to the coordinator with its exit code, which aborts
+  // every other rank with its message and code, so the reason reaches every rank's log instead of
+  // "the process died". A collective that failed because the job was aborted (another rank's
+  // error, a death, the watchdog) leaves with the abort's code and reason instead.
+  [[noreturn]] void leave_on_failure(std::exception_ptr failure);
+
  private:
+  // The reason the control plane aborted this job (another rank's failure, a death, a hang): the
+  // code to exit with and the sentence every rank logged.
+  std::optional<std::pair<int, std::string>> aborted() const;
+  void leave(int exit_code, const std::string& message);
   std::unique_ptr<control::ControlPlane> plane_;
 };
 

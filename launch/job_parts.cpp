@@ -4,7 +4,12 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>
 
+#include <cstring>
+
+#include <ATen/ATen.h>
+
 #include "config/input_error.h"
+#include "dist/communicator.h"
 #include "dist/run_device.h"
 #include "model/teacher_stage.h"
 #include "model/torch_dtype.h"
@@ -38,6 +43,19 @@ at::Tensor teacher_head_for_channel(const JobPlan& plan, at::Device device) {
     throw InputError(cfg.source + ": distill.logits = \"hidden\": every student needs the teacher's LM head: " +
                      e.what());
   }
+}
+
+void broadcast_bytes(Communicator* world, std::string& bytes, int root) {
+  if (!world || world->size() == 1) return;
+  const at::Device wire = world->device();
+  at::Tensor size = at::full({1}, static_cast<int64_t>(bytes.size()), at::TensorOptions().dtype(at::kLong).device(wire));
+  world->broadcast(size, root);
+  at::Tensor buf = at::zeros({size.item<int64_t>()}, at::kByte);
+  if (world->rank() == root) std::memcpy(buf.data_ptr(), bytes.data(), bytes.size());
+  at::Tensor on_wire = buf.to(wire);
+  world->broadcast(on_wire, root);
+  buf = on_wire.to(at::kCPU);
+  bytes.assign(static_cast<const char*>(buf.data_ptr()), static_cast<size_t>(buf.numel()));
 }
 
 }  // namespace deepen

@@ -1,7 +1,9 @@
-// The parts both training jobs build from their plan: the compute device and the teacher's pieces.
+// The parts both training jobs build from their plan: the compute device, the teacher's pieces, and
+// the one way a distributed job sends rank r's bytes to every rank.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -10,6 +12,7 @@
 
 namespace deepen {
 
+class Communicator;
 class TeacherStage;
 
 // CUDA devices this process sees (0 without a GPU, a driver, or a CUDA build of LibTorch).
@@ -29,5 +32,9 @@ std::shared_ptr<TeacherStage> load_teacher_stage(const JobPlan& plan, int first_
 // (lm_head.weight, or the embedding when tied), in teacher.dtype on `device`; undefined for the
 // other channels. InputError naming the checkpoint, the tensor and the setting when unreadable.
 at::Tensor teacher_head_for_channel(const JobPlan& plan, at::Device device);
+
+// Sends `root`'s bytes to every rank of `world` (nothing without a world, or with one rank): the
+// size first, then the bytes, as tensors on the world's device (NCCL moves only device memory).
+void broadcast_bytes(Communicator* world, std::string& bytes, int root = 0);
 
 }  // namespace deepen

@@ -6,8 +6,10 @@
 
 #include "config/input_error.h"
 #include "data/tokenizer.h"
+#include "launch/fault_injection.h"
 #include "launch/job_control.h"
 #include "launch/job_parts.h"
+#include "launch/startup_checks.h"
 #include "model/cpu_kernel_choice.h"
 #include "model/teacher_stage.h"
 #include "run_folder/run_folder.h"
@@ -23,6 +25,9 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(cfg.data.tokenizer);
   // Every decision first, before anything heavy runs or anything is written to run.out_dir.
   const JobPlan plan = plan_single_process_job(cfg, distill, *tokenizer, visible_cuda_devices());
+  // Then the run folder and the data: where it resumes, whether it may, and the shards' tokens.
+  StartupChecks checks = check_before_start(plan.run(), *tokenizer, options.resume, options.print_progress);
+  record_startup(plan.run(), checks);
   const at::Device device = compute_device(plan, 0);
   if (options.print_progress) std::cerr << "deepen: computing on " << device.str() << "\n";
   // Before any model runs: a resumed run repeats the kernel choices it made before (same rounding).
@@ -39,13 +44,14 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
   SoloStudentGroup group;
   StudentRun run;
   run.plan = plan.run();
-  const std::unique_ptr<BatchSource> batches = make_shard_batch_source(run.plan, *tokenizer);
+  const std::unique_ptr<TeacherSource> nan_teacher = teacher ? inject_nan_targets(*teacher) : nullptr;
   run.tokenizer = tokenizer.get();
-  run.batches = batches.get();
-  run.teacher = teacher.get();
+  run.batches = checks.batches.get();
+  run.teacher = nan_teacher ? nan_teacher.get() : teacher.get();
   run.group = &group;
   run.device = device;
-  run.resume = options.resume;
+  run.resume = checks.steps_done > 0;
+  run.resume_checkpoint = checks.resume_checkpoint;
   run.stop_after_steps = options.stop_after_steps;
   run.print_progress = options.print_progress;
   // A single process has its control plane too: SIGTERM/SIGUSR1 stop it with a checkpoint, and

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/input_error.h"
+#include "config/text_file.h"
 #include "run_folder/run_folder.h"
 
 namespace deepen {
@@ -24,16 +25,8 @@ void write_active_layer_tokens(const std::string& run_dir, const ActiveLayerToke
                             {"tokens", r.tokens},
                             {"steps", r.steps},
                             {"complete", r.complete}};
-  const std::string path = active_layer_tokens_path(run_dir);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump() << "\n";
-    out.flush();
-    if (!out) throw std::runtime_error("cannot write " + tmp);
-  }
-  // rename() replaces the old record atomically: a reader sees the old or the new one, never half.
-  fs::rename(tmp, path);
+  // Replaced atomically (temporary file + rename): a reader sees the old record or the new one.
+  write_file_text(active_layer_tokens_path(run_dir), j.dump() + "\n", "the active-layer-token record");
 }
 
 ActiveLayerTokensRecord read_active_layer_tokens(const std::string& run_dir) {

@@ -2,6 +2,7 @@
 #include "run_folder/checkpoint_store.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/hash.h"
+#include "config/text_file.h"
 
 namespace deepen {
 namespace fs = std::filesystem;
@@ -120,12 +122,7 @@ std::string CheckpointStore::save(int64_t step, uint64_t config_hash,
     }
     manifest["files"] = files;
     const std::string manifest_path = (fs::path(tmp_dir) / kManifest).string();
-    {
-      std::ofstream out(manifest_path);
-      out << manifest.dump(2) << "\n";
-      out.flush();
-      if (!out) throw std::runtime_error(manifest_path + ": write failed (disk full?)");
-    }
+    write_file_text(manifest_path, manifest.dump(2) + "\n", "the checkpoint's manifest");
     fsync_path(manifest_path, false);
     fsync_path(tmp_dir, true);
     if (fs::exists(final_dir)) fs::remove_all(final_dir);  // an older, superseded attempt at this step
@@ -154,6 +151,28 @@ void CheckpointStore::prune() const {
     std::error_code ec;
     fs::remove_all(*it, ec);
   }
+}
+
+std::vector<std::string> CheckpointStore::remove_stale_temporaries() const {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root_, ec)) {
+    const std::string name = entry.path().filename().string();
+    const size_t tmp = name.find(".tmp-");
+    if (!entry.is_directory() || tmp == std::string::npos || !is_checkpoint_name(name.substr(0, tmp))) continue;
+    const std::string digits = name.substr(tmp + 5);
+    if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
+    // kill(pid, 0) sends nothing: ESRCH says no such process. Any other answer (it runs, or it is
+    // another user's) keeps the folder: only a writer known to be gone loses its work.
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::error_code remove_ec;
+    fs::remove_all(entry.path(), remove_ec);
+    if (remove_ec) throw std::runtime_error(entry.path().string() + ": cannot remove the temporary folder of process " +
+                                            digits + ", which no longer runs: " + remove_ec.message());
+    removed.push_back(entry.path().string());
+  }
+  return removed;
 }
 
 std::optional<std::string> CheckpointStore::verify(const std::string& dir) {

@@ -11,7 +11,9 @@ namespace deepen {
 
 // Layout under <run dir>/checkpoints/:
 //   step_00000120/            one finished checkpoint: payload files + MANIFEST.json (written last)
-//   step_00000180.tmp-<pid>/  being written; never read; removed on failure or by the next save
+//   step_00000180.tmp-<pid>/  being written by process <pid>; never read; removed on failure, by the
+//                             next save of that step, or at start once <pid> no longer runs
+//                             (remove_stale_temporaries: a writer killed by -9 leaves it behind)
 // MANIFEST.json lists every payload file with its size and hash64 checksum (config/hash.h), plus the step and
 // the config hash. A checkpoint is valid only if the manifest parses and every file matches it, so
 // a crash mid-write, a truncated file or a flipped bit all read as "invalid", never as data.
@@ -44,6 +46,11 @@ class CheckpointStore {
 
   // Finished checkpoint folders, oldest first (valid or not).
   std::vector<std::string> list() const;
+
+  // Removes the temporary folders of writers that no longer run (step_N.tmp-<pid> whose <pid> is
+  // not a live process on this machine) and returns them; one of a live process (another job
+  // writing this folder, or this one) stays. At the paper's size each is tens of GB.
+  std::vector<std::string> remove_stale_temporaries() const;
 
   const std::string& root() const { return root_; }
 

@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 
 #include "config/input_error.h"
+#include "config/text_file.h"
 
 namespace deepen {
 namespace fs = std::filesystem;
@@ -63,23 +65,13 @@ void rewrite_jsonl(const std::string& path, const std::function<bool(const nlohm
   for (auto& record : read_jsonl(path)) {
     if (keep(record)) kept.push_back(std::move(record));
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    for (const auto& r : kept) out << r.dump() << "\n";
-    out.flush();
-    if (!out) throw std::runtime_error(tmp + ": write failed");
-  }
-  fs::rename(tmp, path);
+  std::string text;
+  for (const auto& r : kept) text += r.dump() + "\n";
+  write_file_text(path, text, "the records kept for the resumed run");
 }
 
-JsonlWriter::JsonlWriter(const std::string& path) : path_(path), out_(path, std::ios::app) {
-  if (!out_) throw std::runtime_error(path + ": cannot open for writing");
-}
+JsonlWriter::JsonlWriter(const std::string& path) : out_(path, "a record") {}
 
-void JsonlWriter::append(const nlohmann::json& record) {
-  out_ << record.dump() << "\n";
-  out_.flush();  // a killed run keeps every record it finished
-}
+void JsonlWriter::append(const nlohmann::json& record) { out_.append(record.dump() + "\n"); }
 
 }  // namespace deepen

@@ -1,13 +1,14 @@
 // JSONL records: the one reader and writer of a run's metrics, eval and diagnostics files.
 #pragma once
 
-#include <fstream>
 #include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "run_folder/append_file.h"
 
 namespace deepen {
 
@@ -28,20 +29,21 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path);  // a missing f
 std::optional<nlohmann::json> last_jsonl_record(const std::string& path);
 
 // Rewrites `path` with the records `keep` accepts, through a temporary file + rename (a missing
-// file stays missing). A torn last line is dropped (read_jsonl's rule), so appending after a
-// rewrite always starts on a fresh line.
+// file stays missing; a failed write leaves the old file and names the OS's reason). A torn last
+// line is dropped (read_jsonl's rule), so appending after a rewrite always starts on a fresh line.
 void rewrite_jsonl(const std::string& path, const std::function<bool(const nlohmann::json&)>& keep);
 
-// Appends records to one file, each as one line, flushed at once: a killed run keeps every record it
-// finished. Throws std::runtime_error naming the path when the file cannot be opened.
+// Appends records to one file, each as one line in one write: a killed run keeps every record it
+// finished. Every write is checked (run_folder/append_file.h): a failed one throws
+// std::runtime_error naming the file and the OS's reason, and leaves the file ending on its last
+// whole record. Throws the same way when the file cannot be opened.
 class JsonlWriter {
  public:
   explicit JsonlWriter(const std::string& path);
   void append(const nlohmann::json& record);
 
  private:
-  std::string path_;
-  std::ofstream out_;
+  AppendFile out_;
 };
 
 }  // namespace deepen

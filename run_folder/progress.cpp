@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/input_error.h"
+#include "config/text_file.h"
 #include "run_folder/active_layer_tokens.h"
 #include "run_folder/jsonl.h"
 #include "run_folder/run_folder.h"
@@ -21,12 +22,9 @@ void write_train_progress(const std::string& checkpoint_dir, const TrainProgress
                             {"active_layer_tokens", p.active_layer_tokens},
                             {"depth", p.depth},
                             {"last_eval_ce", p.last_eval_ce},
-                            {"last_eval_kl", p.last_eval_kl}};
-  const std::string path = RunFolder::checkpoint_progress(checkpoint_dir);
-  std::ofstream out(path);
-  out << j.dump(2) << "\n";
-  out.flush();
-  if (!out) throw std::runtime_error(path + ": write failed");
+                            {"last_eval_kl", p.last_eval_kl},
+                            {"guard_window", p.guard_window}};
+  write_file_text(RunFolder::checkpoint_progress(checkpoint_dir), j.dump(2) + "\n", "the checkpoint's progress");
 }
 
 TrainProgress read_train_progress(const std::string& checkpoint_dir) {
@@ -41,10 +39,50 @@ TrainProgress read_train_progress(const std::string& checkpoint_dir) {
     p.depth = j.value("depth", int64_t{0});
     p.last_eval_ce = j.value("last_eval_ce", -1.0);
     p.last_eval_kl = j.value("last_eval_kl", -1.0);
+    p.guard_window = j.value("guard_window", std::vector<double>{});
   } catch (const nlohmann::json::exception& e) {
     throw InputError(path + ": " + e.what());
   }
   return p;
+}
+
+std::optional<CheckpointStore::Found> resume_point(const std::string& run_dir, int64_t keep) {
+  const CheckpointStore store(run_dir, keep);
+  if (auto found = store.latest_valid()) return found;
+  // Nothing to resume from: what would a fresh start throw away?
+  const RunFolder run(run_dir);
+  std::string checkpoints_said;
+  const std::vector<std::string> checkpoints = store.list();
+  if (!checkpoints.empty()) {
+    std::string why;
+    for (const std::string& dir : checkpoints)
+      why += (why.empty() ? "" : "; ") + fs::path(dir).filename().string() + ": " +
+             CheckpointStore::verify(dir).value_or("valid");
+    checkpoints_said = (checkpoints.size() == 1 ? std::string("its only checkpoint is not valid")
+                                                : "none of its " + std::to_string(checkpoints.size()) +
+                                                      " checkpoints is valid") +
+                       " (" + why + ")";
+  }
+  std::vector<std::string> held;
+  for (const std::string& path : {run.metrics_jsonl(), run.eval_jsonl(), run.diagnostics_jsonl()}) {
+    std::error_code ec;
+    if (fs::file_size(path, ec) > 0 && !ec) {
+      int64_t lines = 0;
+      std::ifstream in(path);
+      for (std::string line; std::getline(in, line);) lines += !line.empty();
+      held.push_back(fs::path(path).filename().string() + " (" + std::to_string(lines) + " records)");
+    }
+  }
+  if (fs::exists(run.final_dir())) held.push_back("a finished student (final/)");
+  if (checkpoints_said.empty() && held.empty()) return std::nullopt;
+  std::string holds;
+  for (size_t i = 0; i < held.size(); ++i) holds += (i == 0 ? "" : i + 1 == held.size() ? " and " : ", ") + held[i];
+  const std::string what = checkpoints_said.empty() ? "it holds no checkpoint but " + holds
+                           : holds.empty()          ? checkpoints_said
+                                                    : checkpoints_said + ", and it holds " + holds;
+  throw InputError(run_dir + ": cannot resume: " + what +
+                   "; starting over would replace this run's history. Restore a checkpoint, or start over "
+                   "on purpose with --fresh (it removes the checkpoints, final/ and the records)");
 }
 
 JobState job_state(const std::string& out_dir) {

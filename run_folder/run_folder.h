@@ -19,6 +19,8 @@ namespace deepen {
 //   active_layer_tokens.json the active-layer-token record (run_folder/active_layer_tokens.h)
 //   cpu_kernels/rank<R>.json which fp32 CPU kernels "auto" chose on world rank R (model/cpu_kernel_choice.h);
 //                            a resumed rank takes them again, so its rounding repeats the first run's
+//   guard.jsonl              what the divergence guard did: skips, rollbacks, stops (run_folder/guard_events.h)
+//   verified_shards.json     the token shards this run has verified in full (run_folder/verified_shards.h)
 //   control.secret           the control plane's per-job secret (mode 0600), when generated
 //   train.log                the run's output when a study or the demo runs it with --log
 //   events.out.tfevents.<seconds>.<host>   TensorBoard event files of metrics and eval records, one
@@ -39,6 +41,8 @@ class RunFolder {
   std::string final_token_rms_json() const { return file("final_token_rms.json"); }
   std::string active_layer_tokens_json() const { return file("active_layer_tokens.json"); }
   std::string control_secret() const { return file("control.secret"); }
+  std::string guard_jsonl() const { return file("guard.jsonl"); }
+  std::string verified_shards_json() const { return file("verified_shards.json"); }
   std::string cpu_kernel_choices(int world_rank) const;
   std::string step_time_jsonl(int world_rank) const;  // step_time/rank<R>.jsonl (run_folder/step_time.h)
   std::string train_log() const { return file("train.log"); }

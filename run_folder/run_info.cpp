@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "config/input_error.h"
+#include "config/text_file.h"
 #include "run_folder/run_folder.h"
 
 namespace deepen {
@@ -13,8 +14,8 @@ void write_run_start(const std::string& dir, const std::string& run_name, const 
                      const nlohmann::json& meta) {
   std::filesystem::create_directories(dir);
   const RunFolder run(dir);
-  std::ofstream(run.config_toml()) << "# resolved config of run " << run_name << "\n" << resolved_toml;
-  std::ofstream(run.run_json()) << meta.dump(2) << "\n";
+  write_file_text(run.config_toml(), "# resolved config of run " + run_name + "\n" + resolved_toml, "the resolved config");
+  write_file_text(run.run_json(), meta.dump(2) + "\n", "the run's metadata");
 }
 
 std::optional<nlohmann::json> read_run_json(const std::string& dir) {
@@ -30,7 +31,8 @@ std::optional<nlohmann::json> read_run_json(const std::string& dir) {
 
 void clear_previous_run(const std::string& dir) {
   const RunFolder run(dir);
-  for (const std::string& path : {run.checkpoints(), run.final_dir(), run.active_layer_tokens_json()})
+  for (const std::string& path :
+       {run.checkpoints(), run.final_dir(), run.active_layer_tokens_json(), run.guard_jsonl()})
     std::filesystem::remove_all(path);
 }
 

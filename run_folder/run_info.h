@@ -14,9 +14,9 @@ namespace deepen {
 void write_run_start(const std::string& dir, const std::string& run_name, const std::string& resolved_toml,
                      const nlohmann::json& meta);
 
-// A run that starts from step 0 in `dir` (--fresh, or no valid checkpoint) removes what an earlier
-// run left there: checkpoints/, final/ and active_layer_tokens.json. Otherwise a later resume would
-// take the earlier run's newest checkpoint (keep-last-K prunes by step, so a new, lower-numbered
+// A run that starts from step 0 in `dir` (--fresh, or a folder without an earlier run) removes what an
+// earlier run left there: checkpoints/, final/, active_layer_tokens.json and guard.jsonl. Otherwise a
+// later resume would take the earlier run's newest checkpoint (keep-last-K prunes by step, so a new, lower-numbered
 // checkpoint is the one dropped), and a study would count a finished earlier run as this one.
 void clear_previous_run(const std::string& dir);
 

@@ -2,9 +2,8 @@
 #include "run_folder/run_records.h"
 
 #include <filesystem>
-#include <fstream>
-#include <stdexcept>
 
+#include "config/text_file.h"
 #include "run_folder/run_folder.h"
 
 namespace deepen {
@@ -53,13 +52,7 @@ void RunRecords::eval(const nlohmann::json& record) {
 }
 
 void RunRecords::final_token_rms(const nlohmann::json& record) const {
-  const std::string path = RunFolder(run_dir_).final_token_rms_json(), tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << record.dump() << "\n";
-    if (!out.flush()) throw std::runtime_error(tmp + ": cannot write the final per-token RMS");
-  }
-  fs::rename(tmp, path);
+  write_file_text(RunFolder(run_dir_).final_token_rms_json(), record.dump() + "\n", "the final per-token RMS");
 }
 
 }  // namespace deepen

@@ -153,17 +153,19 @@ void remove_tensorboard_events(const std::string& dir) {
       fs::remove(entry.path());
 }
 
-TensorBoardEvents::TensorBoardEvents(const std::string& dir, std::optional<int64_t> resume_at_step) {
-  // A name that sorts after every event file already in the folder, even when this start comes
-  // within the same second as the last one (a quick resume).
+// A name that sorts after every event file already in the folder, even when this start comes
+// within the same second as the last one (a quick resume).
+std::string TensorBoardEvents::new_file_name(const std::string& dir) {
   int64_t seconds = static_cast<int64_t>(now_seconds());
   std::error_code ec;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec))
     if (const auto s = RunFolder::tensorboard_events_seconds(entry.path().filename().string()))
       seconds = std::max(seconds, *s + 1);
-  path_ = RunFolder(dir).tensorboard_events(seconds, host_name());
-  out_.open(path_, std::ios::binary | std::ios::app);
-  if (!out_) throw std::runtime_error(path_ + ": cannot open the TensorBoard event file for writing");
+  return RunFolder(dir).tensorboard_events(seconds, host_name());
+}
+
+TensorBoardEvents::TensorBoardEvents(const std::string& dir, std::optional<int64_t> resume_at_step)
+    : out_(new_file_name(dir), "a TensorBoard event") {
   write(file_version_event(now_seconds()));
   write(session_start_event(now_seconds(), resume_at_step.value_or(0)));
 }
@@ -172,9 +174,6 @@ void TensorBoardEvents::scalars(int64_t step, const std::vector<Scalar>& values)
   write(scalars_event(now_seconds(), step, values));
 }
 
-void TensorBoardEvents::write(const std::string& event) {
-  out_ << tfrecord(event);
-  if (!out_.flush()) throw std::runtime_error(path_ + ": cannot write a TensorBoard event");
-}
+void TensorBoardEvents::write(const std::string& event) { out_.append(tfrecord(event)); }
 
 }  // namespace deepen

@@ -2,13 +2,14 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "run_folder/append_file.h"
 
 namespace deepen {
 
@@ -68,18 +69,19 @@ class TensorBoardEvents {
  public:
   // `resume_at_step`: nullopt for a fresh run, else the first step this start trains (the one after
   // the checkpoint's). The file begins with file_version and a SessionLog START at the first step
-  // this start trains (0 when fresh). Throws std::runtime_error naming the file when it cannot be
-  // written.
+  // this start trains (0 when fresh). Every event is one checked write (run_folder/append_file.h):
+  // a failure throws std::runtime_error naming the file and the OS's reason, and takes back the
+  // event's partial bytes, so TensorBoard never meets a torn record.
   TensorBoardEvents(const std::string& dir, std::optional<int64_t> resume_at_step);
 
-  // One event with the scalars at `step`, flushed at once.
+  // One event with the scalars at `step`, written at once.
   void scalars(int64_t step, const std::vector<Scalar>& values);
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return out_.path(); }
 
  private:
+  static std::string new_file_name(const std::string& dir);
   void write(const std::string& event);
-  std::string path_;
-  std::ofstream out_;
+  AppendFile out_;
 };
 
 }  // namespace deepen

@@ -28,8 +28,11 @@
 #                           with ":port" when DEEPEN_COORDINATOR_PORT is set
 #   DEEPEN_JOB_SECRET_FILE  $RUN_DIR/control/job_secret, 32 random bytes as hex, mode 0600, new per job
 #   DEEPEN_RUN_DIR
-# Exit codes: 0 done; 3 stopped for requeue (the script requeues itself after SIGUSR1); 2 bad input;
-# anything else is the job's failure code.
+# Exit codes (config/input_error.h; docs/cluster.md has the table of faults): 0 done; 3 stopped for
+# requeue (the script requeues itself after SIGUSR1); 2 bad input; 4 the divergence guard stopped the
+# run; 5 the guard rolled back (requeued: the run resumes with a lower LR); anything else (1) is the
+# job's failure code. With DEEPEN_LAUNCHER=mpirun the code is the ranks' own, from
+# RUN_DIR/control/exit_code, which rank 0 writes when they leave (DEEPEN_EXIT_CODE_FILE).
 
 deepen_log() { echo "deepen slurm: $*" >&2; }
 
@@ -236,6 +239,10 @@ deepen_run_job() {
   local coordinator=${nodes[0]}
   [[ -n ${DEEPEN_COORDINATOR_PORT:-} ]] && coordinator+=":$DEEPEN_COORDINATOR_PORT"
   local secret_file=$run_dir/control/job_secret
+  # The job's exit code as the coordinator saw every rank leave (launch/job_control.h): mpirun's own
+  # status does not carry it (with orte_abort_on_non_zero_status 0 it returns 0 when every rank
+  # exits 3, and 1 after a signal).
+  local exit_file=$run_dir/control/exit_code
   local sub=${DEEPEN_CMD:-train}
   local -a gpu_sets=()
   if deepen_gpu_job; then
@@ -299,7 +306,7 @@ deepen_run_job() {
     cmd=(mpirun -np "$ntasks" --map-by "ppr:${counts[0]}:node:PE=${SLURM_CPUS_PER_TASK:-1}"
          --bind-to core:overload-allowed
          --mca orte_abort_on_non_zero_status 0
-         -x DEEPEN_COORDINATOR -x DEEPEN_JOB_SECRET_FILE -x DEEPEN_RUN_DIR -x PATH -x LD_LIBRARY_PATH
+         -x DEEPEN_COORDINATOR -x DEEPEN_JOB_SECRET_FILE -x DEEPEN_RUN_DIR -x DEEPEN_EXIT_CODE_FILE -x PATH -x LD_LIBRARY_PATH
          -x NCCL_DEBUG)
   else
     # No --kill-on-bad-exit: exit code 3 is a clean requeue stop, and a rank that finishes its
@@ -323,15 +330,21 @@ deepen_run_job() {
   if [[ ! -x $bin ]]; then deepen_log "$bin: not an executable (set DEEPEN_BIN or build first)"; return 2; fi
   mkdir -p "$run_dir"
   deepen_make_secret "$secret_file"
+  rm -f "$exit_file"
   export DEEPEN_COORDINATOR=$coordinator DEEPEN_JOB_SECRET_FILE=$secret_file DEEPEN_RUN_DIR=$run_dir
+  export DEEPEN_EXIT_CODE_FILE=$exit_file
 
   # Slurm's --signal=B:USR1@120 reaches only this shell: forward it (and SIGTERM) to the launcher,
-  # which forwards to every rank; the ranks agree on a stop step, checkpoint and exit 3.
+  # which forwards to every rank; the ranks agree on a stop step, checkpoint and exit 3. mpirun
+  # answers a SIGTERM by killing the ranks about 2 s later (mid-checkpoint at scale), so it gets
+  # SIGUSR1 for both: to deepen's ranks the two mean the same coordinated stop.
+  local term_as=TERM
+  [[ ${DEEPEN_LAUNCHER:-srun} == mpirun ]] && term_as=USR1
   DEEPEN_GOT_SIGNAL=""
   "${cmd[@]}" &
   local child=$!
   trap 'DEEPEN_GOT_SIGNAL=USR1; deepen_log "SIGUSR1: asking the ranks for a coordinated stop"; kill -USR1 '"$child"' 2>/dev/null' USR1
-  trap 'DEEPEN_GOT_SIGNAL=TERM; deepen_log "SIGTERM: asking the ranks for a coordinated stop"; kill -TERM '"$child"' 2>/dev/null' TERM
+  trap 'DEEPEN_GOT_SIGNAL=TERM; deepen_log "SIGTERM: asking the ranks for a coordinated stop"; kill -'"$term_as"' '"$child"' 2>/dev/null' TERM
   local rc
   while :; do
     wait "$child"; rc=$?
@@ -339,8 +352,26 @@ deepen_run_job() {
   done
   wait "$child" 2>/dev/null; rc=$?  # the launcher's own status (the loop's may be 128 + signal)
   trap - USR1 TERM
+  # The ranks' own code, when rank 0 saw them all leave, says more than the launcher's status.
+  if [[ -s $exit_file ]]; then
+    local job_rc
+    job_rc=$(<"$exit_file")
+    if [[ $job_rc =~ ^[0-9]+$ ]] && ((job_rc != rc)); then
+      deepen_log "the launcher returned $rc; the ranks left with exit code $job_rc (the coordinator's record, $exit_file)"
+      rc=$job_rc
+    fi
+  fi
 
-  if ((rc == 3)); then
+  if ((rc == 5)); then
+    # The divergence guard rolled back (guard.action = "rollback"): the next start resumes from the
+    # last good checkpoint with a lowered LR (guard.jsonl); the guard itself bounds how often.
+    if ((${SLURM_RESTART_COUNT:-0} >= ${DEEPEN_MAX_RESTARTS:-50})); then
+      deepen_log "the divergence guard rolled back; ${SLURM_RESTART_COUNT:-0} restarts already (DEEPEN_MAX_RESTARTS), not requeueing"
+    else
+      deepen_log "the divergence guard rolled back; requeueing job ${SLURM_JOB_ID} (it resumes from the last good checkpoint in $run_dir with a lower LR)"
+      scontrol requeue "$SLURM_JOB_ID"
+    fi
+  elif ((rc == 3)); then
     local restarts=${SLURM_RESTART_COUNT:-0}
     if [[ $DEEPEN_GOT_SIGNAL == TERM ]]; then
       # scancel or preemption: cancelled jobs stay cancelled, preempted ones Slurm requeues itself.

@@ -280,6 +280,13 @@ void ShardedAdamW::update(double lr, double max_norm, double norm) {
   grad_shard_ = at::Tensor();
 }
 
+void ShardedAdamW::discard_gradients() {
+  if (params_.empty()) return;
+  if (!grad_shard_.defined()) throw std::logic_error("ShardedAdamW::discard_gradients before reduce_gradients");
+  grad_shard_ = at::Tensor();
+  release_all();  // as after gather_parameters: the blocks hold no values between steps
+}
+
 void ShardedAdamW::gather_parameters() {
   at::NoGradGuard no_grad;
   if (params_.empty()) return;

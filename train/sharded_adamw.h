@@ -87,6 +87,9 @@ class ShardedAdamW : public BlockGate {
   double reduce_gradients();
   void update(double lr, double max_norm, double norm);
   void gather_parameters();
+  //   discard_gradients: instead of update and gather_parameters, drops the reduced gradient: no
+  //     parameter, moment or step count changes (a step the divergence guard skips or stops on).
+  void discard_gradients();
 
   // Checkpoints, one file per rank: this rank's slices as "<name>.exp_avg" / "<name>.exp_avg_sq"
   // (1-D) with "<name>.offset" (the slice's first element, int64[1]), and every parameter's

@@ -30,7 +30,14 @@ int64_t frozen_blocks(const Config& cfg, const GrowthSchedule& schedule, int sta
 }  // namespace
 
 Trainer::Trainer(StudentRun& run)
-    : run_(run), cfg_(run.plan.cfg), group_(*run.group), leader_(run.group->rank() == 0), device_(run.device) {
+    : run_(run),
+      cfg_(run.plan.cfg),
+      group_(*run.group),
+      leader_(run.group->rank() == 0),
+      device_(run.device),
+      out_dir_(run.plan.cfg.run.out_dir),
+      store_(run.plan.cfg.run.out_dir, run.plan.cfg.checkpoint.keep),
+      guard_(run.plan.cfg.guard) {
   if (!run.batches || !run.group || !run.tokenizer) throw std::invalid_argument("StudentRun: missing parts");
   if (run.plan.counts.students != group_.size())
     throw std::invalid_argument("StudentRun: a plan for " + std::to_string(run.plan.counts.students) +
@@ -44,96 +51,150 @@ Trainer::Trainer(StudentRun& run)
   eval_options_ = loss_options_;
   eval_options_.temperature = 1.0;  // validation KL is reported at τ = 1
   eval_options_.alpha = run.teacher ? 0.5 : 0.0;  // both components are returned; the mix is unused
-  out_dir_ = cfg_.run.out_dir;
 }
 
 RunOutcome Trainer::run() {
-  CheckpointStore store(out_dir_, cfg_.checkpoint.keep);
-  std::optional<CheckpointStore::Found> resume_from;
-  if (run_.resume && !run_.resume_checkpoint.empty()) {
-    if (auto why = CheckpointStore::verify(run_.resume_checkpoint))
-      throw std::runtime_error(run_.resume_checkpoint + ": cannot resume from it: " + *why);
-    resume_from = CheckpointStore::read(run_.resume_checkpoint);
-  } else if (run_.resume) {
-    resume_from = store.latest_valid();
-  }
+  const std::optional<CheckpointStore::Found> resume_from = resume_checkpoint();
   // Before anything is written: a rejected config must leave the run's config.toml and run.json as
   // they are (and they name what differs).
   if (resume_from) check_resumable(*resume_from);
-  if (leader_) start_run_folder(resume_from.has_value());
-  if (leader_)  // only student 0 writes records
-    records_.emplace(out_dir_, resume_from ? std::optional<int64_t>(resume_from->step) : std::nullopt,
-                     cfg_.run.tensorboard);
-  time_log_.emplace(out_dir_, run_.world_rank, resume_from ? std::optional<int64_t>(resume_from->step) : std::nullopt);
-
-  if (resume_from) {
-    restore(*resume_from);
-  } else {
-    student_ = std::make_shared<GrowableStudent>(student_spec_from_config(cfg_.student, run_.plan.vocab),
-                                                 schedule_.depths[0], static_cast<uint64_t>(cfg_.run.seed), device_);
-    if (cfg_.student.init == StudentInit::kTeacher) {
-      // Every student rank reads the teacher's files itself; the checksum below proves they agree.
-      if (cfg_.teacher.checkpoint.empty())
-        throw InputError(cfg_.source + ": student.init = \"teacher\" needs teacher.checkpoint");
-      copy_teacher_ends(*student_, cfg_.teacher.checkpoint);
-    }
-    register_parameters();
-  }
+  open_run_folder(resume_from);
+  if (resume_from) restore(*resume_from);
+  else start_student();
   {
     const ShardedAdamW::WholeScope whole = whole_blocks();
     group_.check_same(student_->parameter_checksum(), "initial student parameters", progress_.steps_done);
   }
-
   const int64_t total = schedule_.total_steps();
   timer_.restart();
-  int64_t last_channel_bytes = run_.teacher ? run_.teacher->channel_bytes() : 0;
-  int64_t saved = progress_.steps_done;  // steps covered by the newest checkpoint of this run
+  last_channel_bytes_ = run_.teacher ? run_.teacher->channel_bytes() : 0;
   for (int64_t step = progress_.steps_done; step < total; ++step) {
     // Stop checks come before any work on the step (the control plane's agreement needs every
     // rank to ask at the same point): stop here, with the state after `step` steps saved.
-    if ((run_.stop_after_steps && step >= *run_.stop_after_steps) ||
-        (run_.stop_requested && run_.stop_requested(step))) {
-      if (step > saved) timer_.time(StudentPart::kCheckpoint, [&] { checkpoint(store, false); });
+    if (stop_requested_before(step)) {
+      if (step > saved_) timer_.time(StudentPart::kCheckpoint, [&] { checkpoint(false); });
+      check_records_written();
       return RunOutcome::kStopped;
     }
-    const int stage = schedule_.stage_of(step);
-    if (schedule_.is_phase_start(step))
-      timer_.time(StudentPart::kGrowth, [&] {
-        const ShardedAdamW::WholeScope whole = whole_blocks();
-        begin_phase(step, stage);
-      });
+    run_step(step);
+  }
+  end_run();
+  return RunOutcome::kFinished;
+}
 
-    // This student's micro-batches of the step, in the order the teacher sends their targets.
-    const bool eval_after = run_.plan.eval_after(step);
-    const std::vector<BatchKey> batches = step_batches(batch_counts_, step, eval_after, group_.rank(), 1);
-    const StepLosses losses = train_step(step, batches);
-    progress_.steps_done = step + 1;
-    // Real target tokens (padding never counts): packed windows add tokens_per_step every step, as
-    // the schedule says; unpacked documents add what the step's documents held.
-    progress_.tokens += losses.tokens;
-    progress_.active_layer_tokens += losses.tokens * student_->depth();
+// A resume goes on from the newest valid checkpoint, or (distributed) from the one student 0 chose
+// for every student. A folder that holds an earlier run's records or checkpoints but no valid
+// checkpoint is refused (run_folder/progress.h, resume_point): starting over is --fresh's job.
+std::optional<CheckpointStore::Found> Trainer::resume_checkpoint() const {
+  if (!run_.resume) return std::nullopt;
+  if (run_.resume_checkpoint.empty()) return resume_point(out_dir_, cfg_.checkpoint.keep);
+  if (auto why = CheckpointStore::verify(run_.resume_checkpoint))
+    throw std::runtime_error(run_.resume_checkpoint + ": cannot resume from it: " + *why);
+  return CheckpointStore::read(run_.resume_checkpoint);
+}
 
-    // The step's record covers the wall time since the previous one (run_folder/step_time.h).
-    const StepTime step_time = timer_.take(step, "student");
-    const double seconds = step_time.seconds;
-    const auto records_start = Clock::now();
-    StepReport report;
-    report.step = step;
-    report.total_steps = total;
-    report.stage = stage;
-    report.depth = student_->depth();
-    report.loss = losses.loss;
-    report.kl = losses.kl;
-    report.ce = losses.ce;
-    report.lr = losses.lr;
-    report.tokens_per_s = seconds > 0 ? static_cast<double>(losses.tokens) / seconds : 0;
-    const int64_t channel_bytes = run_.teacher ? run_.teacher->channel_bytes() : 0;
-    report.channel_bytes_per_s = seconds > 0 ? static_cast<double>(channel_bytes - last_channel_bytes) / seconds : 0;
-    last_channel_bytes = channel_bytes;
-    report.step_seconds = step_time.seconds;
-    report.time_parts = step_time.parts;
-    time_log_->append(step_time);
-    if (records_) {
+void Trainer::start_student() {
+  student_ = std::make_shared<GrowableStudent>(student_spec_from_config(cfg_.student, run_.plan.vocab),
+                                               schedule_.depths[0], static_cast<uint64_t>(cfg_.run.seed), device_);
+  if (cfg_.student.init == StudentInit::kTeacher) {
+    // Every student rank reads the teacher's files itself; the checksum after this proves they agree.
+    if (cfg_.teacher.checkpoint.empty())
+      throw InputError(cfg_.source + ": student.init = \"teacher\" needs teacher.checkpoint");
+    copy_teacher_ends(*student_, cfg_.teacher.checkpoint);
+  }
+  register_parameters();
+}
+
+bool Trainer::stop_requested_before(int64_t step) const {
+  return (run_.stop_after_steps && step >= *run_.stop_after_steps) || (run_.stop_requested && run_.stop_requested(step));
+}
+
+// One optimizer step: a phase start's growth or reset, the update, its records, then what follows
+// it (eval, diagnostics, the progress report, a checkpoint).
+void Trainer::run_step(int64_t step) {
+  const int stage = schedule_.stage_of(step);
+  if (schedule_.is_phase_start(step))
+    timer_.time(StudentPart::kGrowth, [&] {
+      const ShardedAdamW::WholeScope whole = whole_blocks();
+      begin_phase(step, stage);
+    });
+
+  // This student's micro-batches of the step, in the order the teacher sends their targets.
+  const bool eval_after = run_.plan.eval_after(step);
+  const std::vector<BatchKey> batches = step_batches(batch_counts_, step, eval_after, group_.rank(), 1);
+  const StepLosses losses = train_step(step, batches);
+  progress_.steps_done = step + 1;
+  // Real target tokens (padding never counts): packed windows add tokens_per_step every step, as
+  // the schedule says; unpacked documents add what the step's documents held. A skipped step
+  // consumed its data too, so it counts.
+  progress_.tokens += losses.tokens;
+  progress_.active_layer_tokens += losses.tokens * student_->depth();
+  StepReport report = record_step(step, stage, losses);
+
+  const bool stage_end = schedule_.is_stage_end(step);
+  // Evaluation and diagnostics read the whole model: full sharding gathers it on every student
+  // (each evaluates its own batches, and only student 0 diagnoses). A skipped step evaluates too:
+  // the teacher sent its eval batches' targets, and the channel carries them in order.
+  if (eval_after)
+    timer_.time(StudentPart::kEval, [&] {
+      const ShardedAdamW::WholeScope whole = whole_blocks();
+      evaluate(step, stage, stage_end, batches);
+    });
+  const int64_t total = schedule_.total_steps();
+  const bool last = step + 1 == total;
+  const bool periodic = cfg_.eval.diagnostics_every > 0 && (step + 1) % cfg_.eval.diagnostics_every == 0;
+  if (stage_end || periodic)
+    timer_.time(StudentPart::kDiagnostics, [&] {
+      const ShardedAdamW::WholeScope whole = whole_blocks();
+      if (leader_) diagnose(step, stage, last ? "final" : stage_end ? "stage_end" : "periodic");
+    });
+  report.last_eval_ce = progress_.last_eval_ce;
+  report.last_eval_kl = progress_.last_eval_kl;
+  timer_.time(StudentPart::kRecords, [&] {
+    if (run_.on_step) run_.on_step(report);
+    if (leader_ && run_.print_progress) print_progress(report);
+  });
+
+  if (last || (cfg_.checkpoint.every > 0 && (step + 1) % cfg_.checkpoint.every == 0))
+    timer_.time(StudentPart::kCheckpoint, [&] { checkpoint(last); });
+}
+
+// After the last step (or when resumed from the final checkpoint): the records written, then the
+// finished student and its Hugging Face export.
+void Trainer::end_run() {
+  check_records_written();
+  if (progress_.steps_done != schedule_.total_steps()) return;
+  const ShardedAdamW::WholeScope whole = whole_blocks();
+  check_finite_parameters("the finished student");
+  if (leader_) finish();
+}
+
+// The step's records: its step-time line (every student) and its metrics line (student 0; none for
+// a step the guard skipped, whose numbers are in guard.jsonl). The report is what the control plane
+// and the progress line show.
+StepReport Trainer::record_step(int64_t step, int stage, const StepLosses& losses) {
+  // The step's record covers the wall time since the previous one (run_folder/step_time.h).
+  const StepTime step_time = timer_.take(step, "student");
+  const double seconds = step_time.seconds;
+  const auto records_start = Clock::now();
+  StepReport report;
+  report.step = step;
+  report.total_steps = schedule_.total_steps();
+  report.stage = stage;
+  report.depth = student_->depth();
+  report.loss = losses.loss;
+  report.kl = losses.kl;
+  report.ce = losses.ce;
+  report.lr = losses.lr;
+  report.tokens_per_s = seconds > 0 ? static_cast<double>(losses.tokens) / seconds : 0;
+  const int64_t channel_bytes = run_.teacher ? run_.teacher->channel_bytes() : 0;
+  report.channel_bytes_per_s = seconds > 0 ? static_cast<double>(channel_bytes - last_channel_bytes_) / seconds : 0;
+  last_channel_bytes_ = channel_bytes;
+  report.step_seconds = step_time.seconds;
+  report.time_parts = step_time.parts;
+  write_records([&] { time_log_->append(step_time); });
+  if (records_ && losses.applied)
+    write_records([&] {
       records_->metrics({{"step", step},
                          {"stage", stage},
                          {"depth", student_->depth()},
@@ -148,41 +209,9 @@ RunOutcome Trainer::run() {
                          {"channel_bytes", channel_bytes},
                          {"time_s", step_time.seconds},
                          {"time", step_time.to_json()["parts"]}});
-    }
-    timer_.add(StudentPart::kRecords, std::chrono::duration<double>(Clock::now() - records_start).count());
-
-    const bool stage_end = schedule_.is_stage_end(step);
-    // Evaluation and diagnostics read the whole model: full sharding gathers it on every student
-    // (each evaluates its own batches, and only student 0 diagnoses).
-    if (eval_after)
-      timer_.time(StudentPart::kEval, [&] {
-        const ShardedAdamW::WholeScope whole = whole_blocks();
-        evaluate(step, stage, stage_end, batches);
-      });
-    const bool last = step + 1 == total;
-    const bool periodic = cfg_.eval.diagnostics_every > 0 && (step + 1) % cfg_.eval.diagnostics_every == 0;
-    if (stage_end || periodic)
-      timer_.time(StudentPart::kDiagnostics, [&] {
-        const ShardedAdamW::WholeScope whole = whole_blocks();
-        if (leader_) diagnose(step, stage, last ? "final" : stage_end ? "stage_end" : "periodic");
-      });
-    report.last_eval_ce = progress_.last_eval_ce;
-    report.last_eval_kl = progress_.last_eval_kl;
-    timer_.time(StudentPart::kRecords, [&] {
-      if (run_.on_step) run_.on_step(report);
-      if (leader_ && run_.print_progress) print_progress(report);
     });
-
-    if (last || (cfg_.checkpoint.every > 0 && (step + 1) % cfg_.checkpoint.every == 0)) {
-      timer_.time(StudentPart::kCheckpoint, [&] { checkpoint(store, last); });
-      saved = step + 1;
-    }
-  }
-  if (progress_.steps_done == total) {
-    const ShardedAdamW::WholeScope whole = whole_blocks();
-    if (leader_) finish();
-  }
-  return RunOutcome::kFinished;
+  timer_.add(StudentPart::kRecords, std::chrono::duration<double>(Clock::now() - records_start).count());
+  return report;
 }
 
 void Trainer::register_parameters() {
@@ -326,45 +355,57 @@ Trainer::StepLosses Trainer::train_step(int64_t step, const std::vector<BatchKey
     });
     if (full) timer_.time(StudentPart::kGradSync, [&] { sharded_->accumulate_reduction(); });
   }
-  out.lr = lr_.at(step);  // recorded as the step's "lr": the value the update used
-  out.grad_norm = reduce_and_update(out.lr);
-  const std::vector<double> total =
-      timer_.time(StudentPart::kGradSync, [&] { return group_.sum({sums[0], sums[1], sums[2], sums[3]}); });
-  out.loss = total[0] / total[3];
-  out.kl = total[1] / total[3];
-  out.ce = total[2] / total[3];
+  // Recorded as the step's "lr": the value the update used (guard.lr_scale and rollbacks included).
+  out.lr = lr_.at(step) * lr_scale_;
+  out.grad_norm = reduce_gradients();
+  // One all-reduce of the loss sums, with what the guard and the records need, before anything of
+  // the step is applied: a step the students do not all accept changes no weight.
+  const StepAgreement agreed = agree_on_step(step, sums, out.grad_norm);
+  out.loss = agreed.loss;
+  out.kl = agreed.kl;
+  out.ce = agreed.ce;
+  if (agreed.records_failed) {
+    discard_gradients();  // the records end before this step: so does the checkpoint
+    stop_for_records();
+  }
+  out.applied = guard_allows_update(agreed);
+  if (out.applied) apply_update(out.lr, out.grad_norm);
   return out;
 }
 
-double Trainer::reduce_and_update(double lr) {
-  if (sharded_) {
-    const double norm = timer_.time(StudentPart::kGradSync, [&] { return sharded_->reduce_gradients(); });
-    timer_.time(StudentPart::kOptimizer, [&] { sharded_->update(lr, cfg_.optim.grad_clip, norm); });
-    timer_.time(StudentPart::kGradSync, [&] { sharded_->gather_parameters(); });
-    return norm;
-  }
+double Trainer::reduce_gradients() {
+  if (sharded_) return timer_.time(StudentPart::kGradSync, [&] { return sharded_->reduce_gradients(); });
   if (reducer_) timer_.time(StudentPart::kGradSync, [&] { reducer_->finish(); });
-  std::vector<at::Tensor> grads;
-  for (const auto& [name, p] : student_->named_trainable_parameters()) {
-    if (p.grad().defined()) grads.push_back(p.grad());
-  }
   return timer_.time(StudentPart::kOptimizer, [&] {
-    const double norm = clip_gradients(grads);
-    optimizer_->step(lr);
-    optimizer_->zero_grad();
-    return norm;
+    std::vector<at::Tensor> grads;
+    for (const auto& [name, p] : student_->named_trainable_parameters())
+      if (p.grad().defined()) grads.push_back(p.grad());
+    return std::sqrt(sum_of_squares(grads));
   });
 }
 
-// Global L2 norm of the (already averaged) gradients; scaled down to grad_clip when above it.
-double Trainer::clip_gradients(const std::vector<at::Tensor>& grads) {
-  const double norm = std::sqrt(sum_of_squares(grads));
+// Clips the (already averaged) gradients to optim.grad_clip by their global norm, then AdamW.
+void Trainer::apply_update(double lr, double norm) {
   const double clip = cfg_.optim.grad_clip;
-  if (clip > 0 && norm > clip) {
-    const double scale = clip / (norm + 1e-6);
-    for (const auto& g : grads) g.mul_(scale);
+  if (sharded_) {
+    timer_.time(StudentPart::kOptimizer, [&] { sharded_->update(lr, clip, norm); });
+    timer_.time(StudentPart::kGradSync, [&] { sharded_->gather_parameters(); });
+    return;
   }
-  return norm;
+  timer_.time(StudentPart::kOptimizer, [&] {
+    if (clip > 0 && norm > clip) {
+      const double scale = clip / (norm + 1e-6);
+      for (const auto& [name, p] : student_->named_trainable_parameters())
+        if (p.grad().defined()) p.grad().mul_(scale);
+    }
+    optimizer_->step(lr);
+    optimizer_->zero_grad();
+  });
+}
+
+void Trainer::discard_gradients() {
+  if (sharded_) sharded_->discard_gradients();
+  else optimizer_->zero_grad();
 }
 
 void Trainer::print_progress(const StepReport& r) const {

@@ -10,6 +10,7 @@
 
 #include <c10/core/Device.h>
 
+#include "run_folder/checkpoint_store.h"
 #include "train/run_plan.h"
 
 namespace deepen {
@@ -47,7 +48,9 @@ struct StudentRun {
   // where their checksums are taken, and moved here before the forward). The teacher source
   // returns its targets on this device. Checkpoints are written from CPU copies and loaded here.
   at::Device device = at::kCPU;
-  bool resume = false;                   // continue from the newest valid checkpoint, if any
+  // Continue from the newest valid checkpoint (run_folder/progress.h, resume_point: a folder that
+  // holds an earlier run but no valid checkpoint is an InputError, not a fresh start).
+  bool resume = false;
   // With resume: this checkpoint folder exactly (distributed runs: student 0 picks it for all
   // students); empty: the newest valid one.
   std::string resume_checkpoint;
@@ -61,10 +64,17 @@ struct StudentRun {
 
 enum class RunOutcome { kFinished, kStopped };
 
+// InputError when `found` was written with another config than `cfg` (all but its execution,
+// layout and [guard] settings), naming the keys that differ from the run's config.toml. The
+// trainer checks it before it writes anything; a job checks it first, before anything loads.
+void check_resumable(const Config& cfg, const CheckpointStore::Found& found);
+
 // Runs (or resumes) the student to the end of its curriculum, or until stopped. Student 0 writes
 // the run folder: config.toml, metrics/eval/diagnostics JSONL, checkpoints, active-layer-token
 // record and, when finished, final/student.safetensors and the Hugging Face export final/hf.
-// Throws InputError for bad input (data, budgets, a checkpoint from another config).
+// Throws InputError for bad input (data, budgets, a checkpoint from another config), ExitError for a
+// run the divergence guard stopped or rolled back (kExitDiverged, kExitRollback) or whose records or
+// checkpoint could not be written (kExitFailure), with the same message on every student.
 RunOutcome run_student(StudentRun& run);
 
 }  // namespace deepen

@@ -26,9 +26,12 @@ namespace {
 // The settings a checkpoint must be resumed with: all but where and how fast it runs, and on how
 // many ranks: the global batch fixes the data order (data/sampler.h), and replicated students hold
 // the whole state, so S students resume on S' (and another teacher layout) where the batch is kept.
+// Nor [guard]: how a run reacts to divergence, and the lower guard.lr_scale a run the guard stopped
+// resumes with, are the recovery's choice (the "lr" of metrics.jsonl records what each step used).
 Config resume_relevant(const Config& cfg) {
   Config c = without_layout(without_execution_settings(cfg));
   c.source.clear();
+  c.guard = GuardConfig{};
   return c;
 }
 
@@ -59,8 +62,29 @@ uint64_t resume_hash(const Config& cfg) {
   return hash64(text);
 }
 
-void Trainer::check_resumable(const CheckpointStore::Found& found) const {
-  if (found.config_hash != resume_hash(cfg_)) throw InputError(config_mismatch(cfg_, found, out_dir_));
+void check_resumable(const Config& cfg, const CheckpointStore::Found& found) {
+  if (found.config_hash != resume_hash(cfg)) throw InputError(config_mismatch(cfg, found, cfg.run.out_dir));
+}
+
+void Trainer::check_resumable(const CheckpointStore::Found& found) const { deepen::check_resumable(cfg_, found); }
+
+void Trainer::open_run_folder(const std::optional<CheckpointStore::Found>& resume_from) {
+  const std::optional<int64_t> after = resume_from ? std::optional<int64_t>(resume_from->step) : std::nullopt;
+  if (leader_) {  // only student 0 writes the run's files
+    start_run_folder(resume_from.has_value());
+    for (const std::string& dir : store_.remove_stale_temporaries())
+      std::cerr << "deepen: removed " << dir << ": the unfinished checkpoint of a process that no longer runs\n";
+    records_.emplace(out_dir_, after, cfg_.run.tensorboard);
+  }
+  time_log_.emplace(out_dir_, run_.world_rank, after);
+  // A fresh start has no rollbacks (student 0 removes guard.jsonl); a resume takes the LR scale
+  // they left, on every student alike (nobody writes the file while the students start).
+  rollbacks_ = resume_from ? read_rollback_state(out_dir_) : RollbackState{};
+  lr_scale_ = cfg_.guard.lr_scale * rollbacks_.lr_scale;
+  if (leader_ && run_.print_progress && lr_scale_ != 1)
+    std::cerr << "deepen: the LR schedule is scaled by " << lr_scale_ << " (guard.lr_scale " << cfg_.guard.lr_scale
+              << (rollbacks_.rollbacks > 0 ? " x " + std::to_string(rollbacks_.rollbacks) + " rollback(s)" : std::string())
+              << ")\n";
 }
 
 void Trainer::start_run_folder(bool resuming) {
@@ -87,8 +111,8 @@ void Trainer::start_run_folder(bool resuming) {
 // A job killed mid-checkpoint may leave a staging folder behind; it is never read (only the
 // checkpoint folder's manifest counts), and the resumed run, which checkpoints the same steps
 // again, overwrites and then removes it.
-std::string Trainer::write_optimizer_shard(const CheckpointStore& store, int64_t step) {
-  const std::string staging = (fs::path(store.root()) / (".shards-" + checkpoint_folder_name(step))).string();
+std::string Trainer::write_optimizer_shard(int64_t step) {
+  const std::string staging = (fs::path(store_.root()) / (".shards-" + checkpoint_folder_name(step))).string();
   std::string error;
   try {
     fs::create_directories(staging);
@@ -113,39 +137,52 @@ std::string Trainer::write_optimizer_shard(const CheckpointStore& store, int64_t
   return staging;
 }
 
-void Trainer::checkpoint(CheckpointStore& store, bool final_step) {
+void Trainer::checkpoint(bool final_step) {
   const ShardedAdamW::WholeScope whole = whole_blocks();  // the student's file holds every block whole
   group_.check_same(student_->parameter_checksum(), "parameters at checkpoint", progress_.steps_done - 1);
-  const std::string staging = sharded_ ? write_optimizer_shard(store, progress_.steps_done - 1) : "";
-  if (!leader_) return;
+  check_finite_parameters("a checkpoint");
+  const int64_t step = progress_.steps_done - 1;
+  const std::string staging = sharded_ ? write_optimizer_shard(step) : "";
   progress_.depth = student_->depth();
-  const TrainProgress progress = progress_;
-  std::string dir;
-  try {
-    dir = store.save(progress.steps_done - 1, resume_hash(cfg_), [&](const std::string& tmp) {
-      save_student(*student_, RunFolder::checkpoint_student(tmp));
-      if (sharded_) {  // the students' shards join the checkpoint: it is whole or it is not made
-        for (int64_t r = 0; r < group_.size(); ++r)
-          fs::rename(RunFolder::checkpoint_optimizer_shard(staging, r, group_.size()),
-                     RunFolder::checkpoint_optimizer_shard(tmp, r, group_.size()));
-      } else {
-        write_tensors(RunFolder::checkpoint_optimizer(tmp), optimizer_->state_tensors());
-      }
-      write_train_progress(tmp, progress);
-    });
-  } catch (...) {
-    if (!staging.empty()) fs::remove_all(staging);
-    throw;
+  progress_.guard_window = guard_.window();
+  // Student 0 writes; every student learns whether it could, and stops with its error if not (a
+  // full disk during a checkpoint stops the job at once, naming the file, on every rank).
+  std::string dir, error;
+  if (leader_) {
+    const TrainProgress progress = progress_;
+    try {
+      dir = store_.save(step, resume_hash(cfg_), [&](const std::string& tmp) {
+        save_student(*student_, RunFolder::checkpoint_student(tmp));
+        if (sharded_) {  // the students' shards join the checkpoint: it is whole or it is not made
+          for (int64_t r = 0; r < group_.size(); ++r)
+            fs::rename(RunFolder::checkpoint_optimizer_shard(staging, r, group_.size()),
+                       RunFolder::checkpoint_optimizer_shard(tmp, r, group_.size()));
+        } else {
+          write_tensors(RunFolder::checkpoint_optimizer(tmp), optimizer_->state_tensors());
+        }
+        write_train_progress(tmp, progress);
+      });
+      write_active_layer_tokens(out_dir_, {progress.active_layer_tokens, progress.tokens, progress.steps_done, final_step});
+    } catch (const std::exception& e) {
+      error = "checkpoint after step " + std::to_string(step) + ": " + e.what();
+      std::cerr << "deepen: " << error << std::endl;  // said now: the launcher may end this rank soon
+    }
+    std::error_code ignore;
+    if (!staging.empty()) fs::remove_all(staging, ignore);
   }
-  if (!staging.empty()) fs::remove_all(staging);
-  write_active_layer_tokens(out_dir_, {progress.active_layer_tokens, progress.tokens, progress.steps_done, final_step});
-  if (run_.print_progress) std::cerr << "deepen: checkpoint " << dir << "\n";
+  if (group_.sum({error.empty() ? 0.0 : 1.0})[0] > 0) throw ExitError(kExitFailure, gather_texts(error).front());
+  saved_ = progress_.steps_done;
+  saved_dir_ = (fs::path(store_.root()) / checkpoint_folder_name(step)).string();
+  if (leader_ && run_.print_progress) std::cerr << "deepen: checkpoint " << dir << "\n";
 }
 
 void Trainer::restore(const CheckpointStore::Found& found) {
   student_ = load_student(RunFolder::checkpoint_student(found.dir), device_,
                           cfg_.student.cpu_kernels, cfg_.student.recompute);
   progress_ = read_train_progress(found.dir);
+  saved_ = progress_.steps_done;
+  saved_dir_ = found.dir;
+  guard_.restore_window(progress_.guard_window);
   // Freeze first: only the parameters that train at the saved step hold optimizer state.
   if (progress_.steps_done > 0) apply_freeze(schedule_.stage_of(progress_.steps_done - 1));
   std::map<std::string, std::vector<int64_t>> shapes;  // before full sharding empties the blocks

@@ -39,7 +39,7 @@ void Trainer::diagnose(int64_t step, int stage, const char* event) {
   record["stage"] = stage;
   record["depth"] = depth;
   record["event"] = kind;
-  records_->diagnostics(record);
+  write_records([&] { records_->diagnostics(record); });
   if (kind == "final") {
     // Every non-padding token's RMS at every boundary, by type: the distribution the summaries
     // above condense (the report's histogram).
@@ -49,7 +49,9 @@ void Trainer::diagnose(int64_t step, int stage, const char* event) {
       per_boundary.push_back({{"document_boundary", values_of_type(r, types, TokenType::kDocumentBoundary)},
                               {"regular", values_of_type(r, types, TokenType::kRegular)}});
     }
-    records_->final_token_rms({{"step", step}, {"depth", depth}, {"block_layers", L}, {"boundaries", per_boundary}});
+    write_records([&] {
+      records_->final_token_rms({{"step", step}, {"depth", depth}, {"block_layers", L}, {"boundaries", per_boundary}});
+    });
   }
 }
 

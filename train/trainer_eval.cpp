@@ -50,7 +50,7 @@ void Trainer::evaluate(int64_t step, int stage, bool stage_end, const std::vecto
                              {"val_ppl", std::exp(progress_.last_eval_ce)},
                              {"val_tokens", total[2]}};
     record["val_kl"] = run_.teacher ? nlohmann::json(progress_.last_eval_kl) : nlohmann::json(nullptr);
-    records_->eval(record);
+    write_records([&] { records_->eval(record); });
   }
 }
 

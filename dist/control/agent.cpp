@@ -39,6 +39,7 @@ struct Agent::Impl {
   asio::steady_timer silence_timer{io};
   asio::steady_timer retry_timer{io};
   asio::steady_timer handshake_timer{io};
+  asio::steady_timer leave_timer{io};
   std::optional<asio::signal_set> signals;
   std::thread thread;
 
@@ -246,7 +247,11 @@ struct Agent::Impl {
                                                               : "at step " + std::to_string(s->step)) +
           " (" + s->reason + ")");
     } else if (auto* a = std::get_if<Abort>(&m)) {
-      do_abort(AbortInfo{a->rank, a->host, a->step, a->message});
+      if (leaving) {  // our own failure's Abort, back from the coordinator: the others have it too
+        finish_leaving();
+        return;
+      }
+      do_abort(AbortInfo{a->rank, a->host, a->step, a->message, a->exit_code});
     } else if (std::holds_alternative<Shutdown>(m)) {
       coordinator_said_shutdown = true;
     } else {
@@ -471,14 +476,30 @@ void Agent::shutdown(int exit_code, const std::string& message) {
     if (im.link == Impl::Link::kReady) {
       im.send_heartbeat();  // the coordinator's last view is the final step, not one a beat old
       im.send(Bye{exit_code, message.substr(0, kMaxStringBytes)});
-      im.conn->close_after_flush();  // then closed(): finish_leaving
+      bool aborted;
+      {
+        std::lock_guard lock(im.mu);
+        aborted = im.abort_info.has_value();
+      }
+      if (exit_code == 0 || exit_code == 3 || aborted) {
+        im.conn->close_after_flush();  // then closed(): finish_leaving
+        return;
+      }
+      // A failure: the coordinator answers this Bye by aborting every rank with its message. Stay
+      // until that Abort comes back (handle(): finish_leaving), so the others have it before this
+      // process exits: a launcher that kills the job at the first non-zero exit (mpirun) would
+      // otherwise cut them off with "the process died" instead of the reason.
+      im.leave_timer.expires_after(std::chrono::seconds(2));
+      im.leave_timer.async_wait([&im](const error_code& ec) {
+        if (!ec && im.link != Impl::Link::kClosed) im.conn->close_after_flush();
+      });
     } else {
       im.finish_leaving();
     }
   });
   {
     std::unique_lock lock(im.mu);
-    im.cv.wait_for(lock, std::chrono::seconds(2), [&] { return im.flushed; });
+    im.cv.wait_for(lock, std::chrono::seconds(3), [&] { return im.flushed; });
   }
   im.io.stop();
   im.thread.join();

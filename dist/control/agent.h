@@ -97,7 +97,9 @@ class Agent {
   std::optional<AbortInfo> aborted() const;
 
   // Leaves on purpose: sends Bye(exit_code, message) so the coordinator does not count this rank as
-  // lost (an exit code other than 0 or 3 still aborts the others, with this message), then closes.
+  // lost, then closes. An exit code other than 0 or 3 still aborts the others, with this message and
+  // this exit code (AbortInfo::exit_code); this rank then stays until that Abort comes back (at most
+  // 2 s), so every other rank has the reason before a launcher ends the job at this exit.
   void shutdown(int exit_code, const std::string& message = {});
 
   struct Impl;

@@ -56,7 +56,8 @@ tcp::acceptor make_acceptor(asio::io_context& io, const std::string& host, uint1
 // wire's string bound, so it can exceed that bound itself: it is cut, not refused, or the abort
 // would never leave (and encode() would throw on the io thread).
 Abort abort_frame(const AbortInfo& info) {
-  return Abort{info.rank, info.host.substr(0, kMaxStringBytes), info.step, info.message.substr(0, kMaxStringBytes)};
+  return Abort{info.rank, info.host.substr(0, kMaxStringBytes), info.step, info.message.substr(0, kMaxStringBytes),
+               info.exit_code};
 }
 
 }  // namespace

@@ -63,8 +63,10 @@ std::optional<AbortInfo> watchdog_verdict(std::span<const RankView> ranks, doubl
   }
   for (const RankView& r : ranks) {
     if (r.state == RankState::kDone && r.exit_code != 0 && r.exit_code != 3) {
-      return blame(r, "exited with code " + std::to_string(r.exit_code) +
-                          (r.bye_message.empty() ? "" : ": " + r.bye_message));
+      AbortInfo info = blame(r, "exited with code " + std::to_string(r.exit_code) +
+                                    (r.bye_message.empty() ? "" : ": " + r.bye_message));
+      info.exit_code = r.exit_code;
+      return info;
     }
   }
   const RankView* oldest = nullptr;

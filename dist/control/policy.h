@@ -18,6 +18,10 @@ struct AbortInfo {
   std::string host;
   int64_t step = -1;    // its last reported step; -1 = it had not completed one
   std::string message;  // the full sentence above
+  // The code every rank of the job exits with: a rank that left with a reported error (its Bye's
+  // code: 2 bad input, 4 diverged, ...) lends it to all, so the launcher's exit code says what
+  // happened whichever rank it reports; 1 (kExitFailure) for a death, a hang or a lost peer.
+  int exit_code = 1;
 };
 
 // ---- Handshake --------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ namespace deepen::control {
 // big-endian, strings are a u16 length and bytes, nonces and MACs are 32 raw bytes, the metric map is
 // a u16 count of (string, double). The parser rejects anything else (unknown type, short or
 // trailing bytes, over-long strings): a peer that sends it gets its connection closed.
-inline constexpr uint16_t kProtocolVersion = 2;  // 2: Auth carries the run
+inline constexpr uint16_t kProtocolVersion = 3;  // 2: Auth carries the run; 3: Abort carries the exit code
 inline constexpr uint32_t kMaxFrameBytes = 64 * 1024;  // body bytes after the authenticated handshake
 inline constexpr uint32_t kMaxHandshakeBytes = 1024;   // body bytes before it: Auth is small
 inline constexpr size_t kMaxStringBytes = 4096;        // host names, phases, reasons, messages
@@ -106,7 +106,8 @@ struct Abort {
   std::string host;
   int64_t step = -1;
   std::string message;
-  template <class F> void fields(F& f) { f(rank); f(host); f(step); f(message); }
+  int32_t exit_code = 1;  // what every rank exits with: the failed rank's own (its Bye's), else 1
+  template <class F> void fields(F& f) { f(rank); f(host); f(step); f(message); f(exit_code); }
 };
 
 // agent -> coordinator: this rank is leaving on purpose, with this exit code.

@@ -317,6 +317,18 @@ TEST(Config, ShardingIsNoneGradOpOrFullAndFullNeedsLayerRecompute) {
   EXPECT_NE(bucket.find("parallel.bucket_cap_mb: must be > 0"), std::string::npos) << bucket;
 }
 
+// [guard] (train/divergence_guard.h): out-of-range settings name their key; the default stops.
+TEST(Config, GuardSettingsOutsideTheirRangeNameTheKey) {
+  EXPECT_EQ(parse_config(kMinimal, "x.toml").guard.action, GuardAction::kStop);
+  EXPECT_NE(error_of(kMinimal, {"guard.spike_factor=0.5"}).find("--set guard.spike_factor: must be 0 (off) or > 1"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"guard.rollback_lr_factor=1.0"}).find("guard.rollback_lr_factor: must be in (0, 1)"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"guard.lr_scale=0"}).find("guard.lr_scale"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"guard.action=\"retry\""}).find("guard.action"), std::string::npos);
+  EXPECT_EQ(parse_config(kMinimal, "x.toml", {"guard.action=\"rollback\""}).guard.action, GuardAction::kRollback);
+}
+
 }  // namespace
 }  // namespace deepen
 

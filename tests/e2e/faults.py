@@ -14,6 +14,14 @@ Uses the fixture of distributed_train.py (`setup`). Cases:
                  and still ends on the uninterrupted curve
   metrics        /metrics scraped during a run is Prometheus text (read by prometheus_client's parser)
                  whose step increases, with step time by part from every role
+  nan            NaN teacher targets on student 1 at step 25 (DEEPEN_FAULT_NAN): every rank stops with
+                 exit 4 and the guard's message (step, student, quantity, last good checkpoint), the
+                 job's exit code file says 4, no checkpoint or record past step 24, every tensor
+                 finite; resumed with --set guard.lr_scale=0.5 it finishes from step_00000019
+  all-corrupt    every checkpoint truncated: the rerun is refused on every rank (exit 2) naming the
+                 folder, the checkpoints and the records, and the folder is left as it was
+  stale-tmp      kill -9 a student, leaving the temporary folder a kill mid-checkpoint leaves
+                 (step_N.tmp-<its pid>): the resume removes it and ends on the uninterrupted curve
 """
 import argparse
 import os
@@ -170,6 +178,72 @@ class Faults(Cases):
         print(f"/metrics: student 0 step {steps[0]:.0f} -> {steps[1]:.0f}, valid Prometheus text, step time by part on every role")
 
 
+    def nan(self):
+        out = os.path.join(self.work, "faults-nan")
+        exit_file = os.path.join(self.work, "faults-nan-exit-code")
+        if os.path.exists(exit_file):
+            os.remove(exit_file)
+        p = run(self.command(out), env=dict(MPI_ENV, DEEPEN_FAULT_NAN="1:25", DEEPEN_EXIT_CODE_FILE=exit_file),
+                check=False)
+        err = p.stderr
+        assert p.returncode != 0, "a diverged run must fail"
+        head = "guard: step 25: the loss is nan on student 1 (world rank 3)"
+        lines = [l for l in err.splitlines() if head in l]
+        assert len(lines) >= 4, f"every rank's log names the step, student and quantity:\n{err[-4000:]}"
+        last_good = os.path.join(out, "checkpoints", "step_00000019")
+        assert f"Last good checkpoint: {last_good} (after step 19)" in err, err[-4000:]
+        with open(exit_file) as f:
+            assert f.read().strip() == "4", "the job's exit code (what slurm/lib.sh returns) is the guard's"
+        assert [r["step"] for r in records(out, "metrics.jsonl")] == list(range(25))
+        assert sorted(os.listdir(os.path.join(out, "checkpoints"))) == ["step_00000009", "step_00000019"]
+        assert not os.path.exists(os.path.join(out, "final"))
+        assert records(out, "guard.jsonl")[0]["event"] == "stopped"
+        print(f"NaN at step 25 on student 1: {lines[0].strip()[:200]}")
+        p = run(self.command(out, sets=["guard.lr_scale=0.5"], fresh=False), env=MPI_ENV)
+        b = records(out, "metrics.jsonl")
+        assert [r["step"] for r in b] == list(range(120)), "the resumed run's records must read as one run"
+        ref = records(self.uninterrupted(), "metrics.jsonl")
+        assert all(abs(x["lr"] - 0.5 * y["lr"]) <= 1e-12 * y["lr"] for x, y in zip(b[20:], ref[20:])), "lr halved"
+        assert all(isinstance(r["loss"], float) for r in b), "every loss finite"
+        print(f"{out}: resumed from step_00000019 with guard.lr_scale = 0.5 and finished")
+
+    def all_corrupt(self):
+        out = os.path.join(self.work, "faults-all-corrupt")
+        p = run(self.command(out) + ["--stop-after", "30"], env=MPI_ENV, check=False)
+        assert p.returncode == 3, p.stderr[-2000:]
+        ckpts = os.path.join(out, "checkpoints")
+        for name in os.listdir(ckpts):
+            path = os.path.join(ckpts, name, "student.safetensors")
+            with open(path, "r+b") as f:
+                f.truncate(os.path.getsize(path) // 2)
+        before = open(os.path.join(out, "metrics.jsonl")).read()
+        p = run(self.command(out, fresh=False), env=MPI_ENV, check=False)
+        assert p.returncode == 2, f"refused as bad input, got {p.returncode}: {p.stderr[-3000:]}"
+        want = f"{out}: cannot resume: none of its 3 checkpoints is valid"
+        assert sum(1 for l in p.stderr.splitlines() if want in l) >= 4, f"every rank says why:\n{p.stderr[-4000:]}"
+        assert "metrics.jsonl (30 records)" in p.stderr and "--fresh" in p.stderr, p.stderr[-3000:]
+        assert open(os.path.join(out, "metrics.jsonl")).read() == before, "the records are left as they were"
+        assert len(os.listdir(ckpts)) == 3
+        print(f"all checkpoints corrupt: exit 2, {want}")
+
+    def stale_tmp(self):
+        self.uninterrupted()
+        out = os.path.join(self.work, "faults-stale-tmp")
+        proc = self.start(out)
+        self.wait_for_steps(out, 25, proc)
+        pid = rank_pid(out, "OMPI_COMM_WORLD_RANK", 2)  # student 0, the checkpoint writer
+        os.kill(pid, signal.SIGKILL)
+        proc.communicate(timeout=60)
+        # What a kill in the middle of a checkpoint leaves: the writer's temporary folder, half written.
+        stale = os.path.join(out, "checkpoints", f"step_00000029.tmp-{pid}")
+        os.makedirs(stale, exist_ok=True)
+        with open(os.path.join(stale, "student.safetensors"), "wb") as f:
+            f.write(b"\0" * 4096)
+        self.resume_and_compare(out, expect_in_stderr=(f"removed {stale}",))
+        left = [n for n in os.listdir(os.path.join(out, "checkpoints")) if ".tmp-" in n]
+        assert not left, f"temporary folders left: {left}"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--deepen", required=True)
@@ -178,7 +252,8 @@ def main():
     a = ap.parse_args()
     f = Faults(a.deepen, a.work)
     {"reference": f.uninterrupted, "kill-student": lambda: f.kill(3, "student"), "kill-teacher": lambda: f.kill(1, "teacher"),
-     "sigusr1": f.sigusr1, "corrupt": f.corrupt, "metrics": f.metrics}[a.case]()
+     "sigusr1": f.sigusr1, "corrupt": f.corrupt, "metrics": f.metrics, "nan": f.nan, "all-corrupt": f.all_corrupt,
+     "stale-tmp": f.stale_tmp}[a.case]()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,102 @@
+// The start-up checks of a training job (see startup_checks.h) and their agreement across ranks.
+#include "launch/startup_checks.h"
+
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "config/input_error.h"
+#include "data/token_shards.h"
+#include "dist/communicator.h"
+#include "dist/rank_layout.h"
+#include "launch/job_parts.h"
+#include "run_folder/progress.h"
+#include "train/shard_batch_source.h"
+#include "train/student_trainer.h"
+
+namespace deepen {
+
+StartupChecks check_before_start(const RunPlan& run, const Tokenizer& tokenizer, bool resume, bool print_progress) {
+  const Config& cfg = run.cfg;
+  StartupChecks checks;
+  if (resume) {
+    if (const auto found = resume_point(cfg.run.out_dir, cfg.checkpoint.keep)) {
+      check_resumable(cfg, *found);
+      checks.steps_done = found->step + 1;
+      checks.resume_checkpoint = found->dir;
+    }
+  }
+  checks.batches = make_shard_batch_source(run, tokenizer);
+  std::vector<std::string> files = list_shard_files(cfg.data.train);
+  for (const std::string& f : list_shard_files(cfg.data.valid)) files.push_back(f);
+  const ShardVerification v = verify_shards_once(cfg.run.out_dir, files);
+  checks.shards = v.stamps;
+  if (print_progress && v.verified > 0)
+    std::cerr << "deepen: verified " << v.verified << " of " << files.size() << " shards in full ("
+              << static_cast<double>(v.verified_bytes) / 1e9 << " GB in " << v.seconds << " s; once per run)\n";
+  return checks;
+}
+
+void record_startup(const RunPlan& run, const StartupChecks& checks) {
+  record_verified_shards(run.cfg.run.out_dir, checks.shards);
+}
+
+namespace {
+
+// `root`'s outcome, as JSON text, to every rank: {"steps_done": ..., "checkpoint": ...} or
+// {"error": ..., "bad_input": ...}. Throws the error on every rank.
+nlohmann::json share_verdict(Communicator& world, std::string verdict, int root) {
+  broadcast_bytes(&world, verdict, root);
+  const nlohmann::json j = nlohmann::json::parse(verdict);
+  if (j.contains("error")) {
+    if (j["bad_input"].get<bool>()) throw InputError(j["error"].get<std::string>());
+    throw ExitError(kExitFailure, j["error"].get<std::string>());
+  }
+  return j;
+}
+
+template <class F> std::string verdict_of(F&& f) {
+  try {
+    return f().dump();
+  } catch (const InputError& e) {
+    return nlohmann::json{{"error", e.what()}, {"bad_input", true}}.dump();
+  } catch (const std::exception& e) {  // e.g. a record that could not be written: every rank stops too
+    return nlohmann::json{{"error", e.what()}, {"bad_input", false}}.dump();
+  }
+}
+
+}  // namespace
+
+AgreedStart agree_on_startup(Communicator& world, const JobPlan& plan, const Tokenizer& tokenizer, bool resume,
+                             bool print_progress) {
+  const RankLayout& layout = *plan.layout;
+  AgreedStart agreed;
+  std::vector<StartupChecks> mine(plan.runs.size());
+  // Checks first, for every run: nothing is written until all passed.
+  for (size_t r = 0; r < plan.runs.size(); ++r) {
+    const int root = layout.student_rank(0, static_cast<int>(r));
+    std::string verdict;
+    if (world.rank() == root)
+      verdict = verdict_of([&] {
+        mine[r] = check_before_start(plan.runs[r], tokenizer, resume, print_progress);
+        mine[r].batches.reset();  // the student opens its own
+        return nlohmann::json{{"steps_done", mine[r].steps_done}, {"checkpoint", mine[r].resume_checkpoint}};
+      });
+    const nlohmann::json j = share_verdict(world, verdict, root);
+    agreed.steps_done.push_back(j["steps_done"].get<int64_t>());
+    agreed.resume_checkpoint.push_back(j["checkpoint"].get<std::string>());
+  }
+  for (size_t r = 0; r < plan.runs.size(); ++r) {
+    const int root = layout.student_rank(0, static_cast<int>(r));
+    std::string verdict;
+    if (world.rank() == root)
+      verdict = verdict_of([&] {
+        record_startup(plan.runs[r], mine[r]);
+        return nlohmann::json{{"recorded", true}};
+      });
+    share_verdict(world, verdict, root);
+  }
+  return agreed;
+}
+
+}  // namespace deepen

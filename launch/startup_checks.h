@@ -1,0 +1,54 @@
+// Start-up checks: what a training job checks in its run folders and data before it writes anything
+// there or loads anything heavy, so a job that fails them leaves no trace in run.out_dir.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "launch/job_plan.h"
+#include "run_folder/verified_shards.h"
+#include "train/batch_source.h"
+
+namespace deepen {
+
+class Communicator;
+
+// What the checks found for one run: where it resumes, and the shards they verified.
+struct StartupChecks {
+  int64_t steps_done = 0;         // 0: a fresh start
+  std::string resume_checkpoint;  // the checkpoint folder it resumes from; empty for a fresh start
+  std::vector<ShardStamp> shards;
+  std::unique_ptr<BatchSource> batches;  // the data, opened (single process: the job's own)
+};
+
+// In order, reading only:
+//   1. the resume point (run_folder/progress.h, resume_point): none with --fresh (resume = false); an
+//      InputError when the folder holds an earlier run's records or checkpoints but no valid checkpoint;
+//   2. that checkpoint's config against this one (check_resumable: the keys that differ);
+//   3. the data: data.train and data.valid opened as the trainer opens them (missing shards, another
+//      tokenizer, too little validation data);
+//   4. every shard's tokens against its payload hash, once per shard per run
+//      (run_folder/verified_shards.h; a line on stderr says what it cost).
+// Throws InputError naming the file and the reason.
+StartupChecks check_before_start(const RunPlan& run, const Tokenizer& tokenizer, bool resume, bool print_progress);
+
+// Once every check passed: the verified shards recorded (this is when run.out_dir first appears).
+void record_startup(const RunPlan& run, const StartupChecks& checks);
+
+// Where each run of a distributed job starts (run r = plan.runs[r]).
+struct AgreedStart {
+  std::vector<int64_t> steps_done;
+  std::vector<std::string> resume_checkpoint;  // empty for a fresh start
+};
+
+// A distributed job: each run's student 0 runs its run's checks, every rank learns every verdict
+// (one broadcast per run), and only when all passed do they record them; so all ranks go on from the
+// same resume points or all throw the same InputError (ExitError(kExitFailure) when a record cannot
+// be written), before any communicator but the world exists and before anything else is written.
+AgreedStart agree_on_startup(Communicator& world, const JobPlan& plan, const Tokenizer& tokenizer, bool resume,
+                             bool print_progress);
+
+}  // namespace deepen
