@@ -8,6 +8,8 @@
 #include <mutex>
 #include <vector>
 
+#include "dist/control/activity.h"
+
 namespace deepen {
 
 class AbortState {
@@ -28,15 +30,36 @@ class AbortState {
       if (auto child = weak.lock()) child->abort();
   }
 
-  // A child made by split(): aborted with this one (at once if this one already is).
+  // A child made by split(): aborted with this one (at once if this one already is), and reporting
+  // its waits to the same trainer activity.
   void adopt(const std::shared_ptr<AbortState>& child) {
     bool now = false;
+    std::shared_ptr<control::TrainerActivity> activity;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      activity = activity_;
       if (aborted_.load()) now = true;
       else children_.push_back(child);
     }
+    child->set_activity(activity);
     if (now) child->abort();
+  }
+
+  // Where this communicator and every one split from it (before or after) mark their blocking
+  // waits and posted device operations (dist/control/activity.h); null = nowhere.
+  void set_activity(const std::shared_ptr<control::TrainerActivity>& activity) {
+    std::vector<std::weak_ptr<AbortState>> children;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      activity_ = activity;
+      children = children_;
+    }
+    for (auto& weak : children)
+      if (auto child = weak.lock()) child->set_activity(activity);
+  }
+  control::TrainerActivity* activity() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return activity_.get();
   }
 
   // The backend's hook, run once by the first abort(). A communicator clears it (nullptr) before it
@@ -48,7 +71,8 @@ class AbortState {
 
  private:
   std::atomic<bool> aborted_{false};
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  std::shared_ptr<control::TrainerActivity> activity_;
   std::function<void()> on_abort_;
   std::vector<std::weak_ptr<AbortState>> children_;
 };

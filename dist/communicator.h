@@ -14,6 +14,9 @@
 
 namespace deepen {
 
+namespace control {
+class TrainerActivity;
+}
 class MpiSession;
 struct RankLayout;
 
@@ -117,6 +120,11 @@ class Communicator {
   // cannot be used again; its MPI/NCCL resources are abandoned, not freed (the process is ending).
   virtual void abort() = 0;
   virtual bool aborted() const = 0;
+
+  // Marks this communicator's blocking waits (and NCCL's posted operations until they finish) in
+  // `activity`, and those of every communicator split from it, before or after: the watchdog then
+  // tells a rank that waits on others from one that computes (dist/control/activity.h). Null: none.
+  virtual void set_activity(std::shared_ptr<control::TrainerActivity> activity) { (void)activity; }
 };
 
 // The world communicator for a resolved parallel.backend (kMpi or kNccl: dist/run_device.h's

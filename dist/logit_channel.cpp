@@ -1,6 +1,8 @@
 // Logit channel: header + payload per micro-batch, full or top-k, with desync detection.
 #include "dist/logit_channel.h"
 
+#include <stdexcept>
+
 #include <ATen/ATen.h>
 
 #include "dist/communicator.h"
@@ -15,12 +17,13 @@ constexpr int kTagIndices = 13;
 enum Payload : int64_t { kFullF32 = 0, kFullBF16 = 1, kTopk = 2, kHiddenF32 = 3, kHiddenBF16 = 4 };
 
 // What a batch of `kind` travels as: train batches as the format says, eval batches exact (full
-// fp32 logits, or fp32 hidden states on a hidden channel).
+// logits, or hidden states on a hidden channel, in the teacher's own dtype).
 Payload payload_for(const ChannelFormat& f, BatchKind kind) {
   const bool train = kind == BatchKind::kTrain;
-  if (f.hidden) return train && f.bf16_values ? kHiddenBF16 : kHiddenF32;
+  const bool bf16 = train ? f.bf16_values : f.teacher_bf16;
+  if (f.hidden) return bf16 ? kHiddenBF16 : kHiddenF32;
   if (train && f.topk) return kTopk;
-  return train && f.bf16_values ? kFullBF16 : kFullF32;
+  return bf16 ? kFullBF16 : kFullF32;
 }
 
 const char* payload_name(int64_t p) {
@@ -46,8 +49,9 @@ std::string ChannelFormat::describe() const {
   return "topk:" + std::to_string(k) + ":" + option_name(tail);
 }
 
-ChannelFormat channel_format(const DistillConfig& d) {
+ChannelFormat channel_format(const DistillConfig& d, FloatDtype teacher_dtype) {
   ChannelFormat f;
+  f.teacher_bf16 = teacher_dtype == FloatDtype::kBf16;
   f.topk = d.logits == TeacherOutput::kTopk;
   f.hidden = d.logits == TeacherOutput::kHidden;
   f.k = d.topk;
@@ -90,18 +94,68 @@ void LogitChannelSender::send(const std::vector<Delivery>& to, uint64_t checksum
   if (to.empty()) return;
   const at::Device wire = channel_.device();
   const at::Tensor rows = output.reshape({-1, output.size(-1)});
-  const BatchKind kind = to.front().key.kind;
-  const Payload payload = payload_for(format_, kind);
-  at::Tensor values, indices;
+  const Payload payload = payload_for(format_, to.front().key.kind);
+  make_room(to, false);
   if (payload == kTopk) {
     const TeacherTargets t = teacher_topk(rows, format_.k, format_.temperature, format_.vocab_chunk);
-    values = t.values.to(wire, at::kFloat).contiguous();
-    indices = t.indices.to(wire, at::kInt).contiguous();
+    post(to, checksum, rows.size(0), payload, t.values.to(wire, at::kFloat).contiguous(),
+         t.indices.to(wire, at::kInt).contiguous());
   } else {
     // Full logits or hidden states: the rows as they are, in the wire dtype.
     const bool bf16 = payload == kFullBF16 || payload == kHiddenBF16;
-    values = rows.to(wire, bf16 ? at::kBFloat16 : at::kFloat).contiguous();
+    post(to, checksum, rows.size(0), payload, rows.to(wire, bf16 ? at::kBFloat16 : at::kFloat).contiguous(), {});
   }
+}
+
+std::optional<at::ScalarType> LogitChannelSender::full_logits_dtype(BatchKind kind) const {
+  switch (payload_for(format_, kind)) {
+    case kFullF32: return at::kFloat;
+    case kFullBF16: return at::kBFloat16;
+    default: return std::nullopt;
+  }
+}
+
+at::Tensor LogitChannelSender::logits_buffer(const std::vector<Delivery>& to, int64_t rows, int64_t vocab) {
+  const std::optional<at::ScalarType> dtype = to.empty() ? std::nullopt : full_logits_dtype(to.front().key.kind);
+  if (!dtype) throw std::logic_error("LogitChannelSender::logits_buffer: this item's payload is not full logits");
+  make_room(to, true);
+  at::Tensor buffer = std::move(spare_);
+  spare_ = at::Tensor();
+  if (buffer.defined() && buffer.size(0) == rows && buffer.size(1) == vocab && buffer.scalar_type() == *dtype)
+    return buffer;
+  buffer = at::Tensor();  // freed before the new one exists
+  return at::empty({rows, vocab}, at::TensorOptions().dtype(*dtype).device(channel_.device()));
+}
+
+void LogitChannelSender::send_logits(const std::vector<Delivery>& to, uint64_t checksum, at::Tensor logits) {
+  if (to.empty()) return;
+  const std::optional<at::ScalarType> dtype = full_logits_dtype(to.front().key.kind);
+  if (!dtype || logits.dim() != 2 || logits.scalar_type() != *dtype || logits.device() != channel_.device())
+    throw std::logic_error("LogitChannelSender::send_logits: not a buffer from logits_buffer() for " +
+                           to.front().key.describe());
+  make_room(to, true);  // a no-op after logits_buffer(to, ...)
+  post(to, checksum, logits.size(0), payload_for(format_, to.front().key.kind), logits, {});
+}
+
+void LogitChannelSender::make_room(const std::vector<Delivery>& to, bool keep_spare) {
+  if (!keep_spare) spare_ = at::Tensor();
+  for (const Delivery& d : to) {
+    auto& queue = in_flight_.at(static_cast<size_t>(d.run));
+    while (static_cast<int64_t>(queue.size()) >= max_in_flight_) {
+      queue.front()->wait();
+      at::Tensor payload = std::move(queue.front()->payload);
+      const bool full = !queue.front()->indices.defined();
+      queue.pop_front();  // its requests go first: an MPI request may hold the payload too
+      // One spare at most: a payload no other run's message still sends (logits_buffer() takes it
+      // only if its shape and dtype are the ones asked for).
+      if (keep_spare && full && payload.use_count() == 1) spare_ = std::move(payload);
+    }
+  }
+}
+
+void LogitChannelSender::post(const std::vector<Delivery>& to, uint64_t checksum, int64_t rows, int64_t payload,
+                              const at::Tensor& values, const at::Tensor& indices) {
+  const at::Device wire = channel_.device();
   for (const Delivery& d : to) {
     auto& queue = in_flight_.at(static_cast<size_t>(d.run));
     while (static_cast<int64_t>(queue.size()) >= max_in_flight_) {
@@ -113,8 +167,7 @@ void LogitChannelSender::send(const std::vector<Delivery>& to, uint64_t checksum
     msg->payload = values;
     msg->indices = indices;
     msg->header = at::tensor(std::vector<int64_t>{kMagic, static_cast<int64_t>(d.key.kind), d.key.step, d.key.student,
-                                                  d.key.index, static_cast<int64_t>(checksum), rows.size(0),
-                                                  static_cast<int64_t>(payload)},
+                                                  d.key.index, static_cast<int64_t>(checksum), rows, payload},
                              at::kLong)
                       .to(wire);
     msg->header_req = channel_.isend(msg->header, dst, kTagHeader);
@@ -133,6 +186,7 @@ void LogitChannelSender::flush() {
       queue.pop_front();
     }
   }
+  spare_ = at::Tensor();
 }
 
 struct ChannelTeacherSource::Posted {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -32,22 +33,25 @@ class Request;
 // Both messages live on the channel's device (Communicator::device(): CUDA for NCCL, which moves
 // only device memory; CPU for MPI). The sender copies from the teacher's device to it, the
 // receiver from it to the student's device; where the devices are equal these are no-ops.
-// Train batches use distill.logits. Eval batches go as full fp32 logits, so validation KL is exact;
-// with the hidden channel they go as fp32 hidden states instead: the student makes the same fp32
-// logits from them with the same head (exact up to the order of the head matmul's sums, as for
-// train batches), at 4·H bytes a token instead of 4·V (37x less at the paper's shapes).
+// Train batches use distill.logits. Eval batches go exact: full logits in the teacher's own dtype
+// (fp32, or bf16 for a bf16 teacher, whose logits are bf16 values: an fp32 copy would carry no more
+// and take 9.96 GB instead of 4.98 at the paper's micro-batch), so validation KL is exact; with the
+// hidden channel they go as hidden states in the teacher's dtype instead: the student makes the
+// same fp32 logits from them with the same head (exact up to the order of the head matmul's sums,
+// as for train batches), at 4·H bytes a token instead of 4·V (37x less at the paper's shapes).
 struct ChannelFormat {
   bool topk = false;
   int64_t k = 0;
   bool hidden = false;       // hidden states instead of logits: the students hold the teacher's head
-  bool bf16_values = false;  // full logits or hidden states in bf16 on the wire
+  bool bf16_values = false;  // train batches: full logits or hidden states in bf16 on the wire
+  bool teacher_bf16 = false; // the teacher computes in bf16 (teacher.dtype): eval batches go in bf16
   TopkTail tail = TopkTail::kRenormalize;
   double temperature = 1.0;
   int64_t vocab_chunk = 8192;
   std::string describe() const;  // "full", "full:bf16", "topk:64:renormalize", "hidden:bf16"
 };
-// distill.* as the wire sees it (the job plan makes it once, launch/job_plan.h).
-ChannelFormat channel_format(const DistillConfig& distill);
+// distill.* and teacher.dtype as the wire sees them (the job plan makes it once, launch/job_plan.h).
+ChannelFormat channel_format(const DistillConfig& distill, FloatDtype teacher_dtype = FloatDtype::kFp32);
 
 inline constexpr int kHeaderWords = 8;
 
@@ -57,6 +61,16 @@ inline constexpr int kHeaderWords = 8;
 // runs × max_in_flight payloads (fewer when runs share items: one payload serves every receiver).
 // The channel's ranks: 0 the last stage, then for each run r the pipeline's students
 // first_student .. first_student + students_per_pipeline - 1 (RankLayout::channel_rank).
+//
+// Full logits are written in place instead (dist/teacher_pipeline.cpp): full_logits_dtype(kind)
+// says whether `kind`'s payload is full logits and in which dtype; logits_buffer() gives the
+// payload tensor, which the last stage's head fills chunk by chunk (TeacherStage::head_into), and
+// send_logits() posts it. logits_buffer() first waits until each receiving run has fewer than
+// max_in_flight messages out, so the buffer being written counts as one of them, and the stage
+// holds no other [rows, V] tensor: neither the head's output in the stage's dtype nor a cast of it
+// for the wire (4.98 GB each in bf16 at the paper's micro-batch). A finished message's buffer that
+// no other message still uses is kept (one) and reused for the next one of the same shape: a fresh
+// 5 GB tensor costs a page fault per 4 KiB.
 class LogitChannelSender {
  public:
   LogitChannelSender(Communicator& channel, ChannelFormat format, int first_student, int64_t max_in_flight,
@@ -68,6 +82,13 @@ class LogitChannelSender {
   void send(const std::vector<Delivery>& to, uint64_t checksum, const at::Tensor& output);
   // A lone run's micro-batch, to the student whose key it is.
   void send(const BatchKey& key, uint64_t checksum, const at::Tensor& output) { send({Delivery{0, key}}, checksum, output); }
+  // The wire dtype of `kind`'s full logits; nullopt when its payload is not full logits (top-k
+  // train batches, every batch of a hidden-state channel).
+  std::optional<at::ScalarType> full_logits_dtype(BatchKind kind) const;
+  // A [rows, vocab] tensor of full_logits_dtype(to's kind) on the channel's device, to fill and pass
+  // to send_logits(): the spare buffer when it has that shape, else new.
+  at::Tensor logits_buffer(const std::vector<Delivery>& to, int64_t rows, int64_t vocab);
+  void send_logits(const std::vector<Delivery>& to, uint64_t checksum, at::Tensor logits);
   void flush();
   int64_t bytes_sent() const { return bytes_; }
 
@@ -79,6 +100,12 @@ class LogitChannelSender {
   int64_t max_in_flight_;
   int students_per_pipeline_;
   std::vector<std::deque<std::unique_ptr<InFlight>>> in_flight_;  // per run
+  at::Tensor spare_;  // a finished message's full-logit buffer, for logits_buffer() to reuse
+  // Waits until each run in `to` has fewer than max_in_flight messages out; a finished full-logit
+  // payload nobody else holds becomes spare_ when keep_spare (else any spare is dropped).
+  void make_room(const std::vector<Delivery>& to, bool keep_spare);
+  void post(const std::vector<Delivery>& to, uint64_t checksum, int64_t rows, int64_t payload, const at::Tensor& values,
+            const at::Tensor& indices);
   int64_t bytes_ = 0;
 };
 

@@ -140,6 +140,7 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 void MpiCommunicator::abort() { state_->abort(); }
+void MpiCommunicator::set_activity(std::shared_ptr<control::TrainerActivity> activity) { state_->set_activity(activity); }
 bool MpiCommunicator::aborted() const { return state_->aborted(); }
 
 void MpiCommunicator::check_open(const std::string& what) {
@@ -197,6 +198,9 @@ bool MpiCommunicator::test(Op& op) {
 }
 
 void MpiCommunicator::wait(Op& op) {
+  if (test(op)) return;
+  // A wait on other ranks: the watchdog counts this rank as waiting, not computing, meanwhile.
+  const control::TrainerActivity::Wait marked(state_->activity(), op.what);
   Backoff backoff;
   while (!test(op)) backoff.pause();
 }

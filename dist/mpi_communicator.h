@@ -52,6 +52,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override;
   void abort() override;
   bool aborted() const override;
+  void set_activity(std::shared_ptr<control::TrainerActivity> activity) override;
 
   // Host-side helpers for the NCCL bootstrap and startup checks (blocking, not abortable).
   std::vector<std::string> all_gather_strings(const std::string& value);

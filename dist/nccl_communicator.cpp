@@ -288,6 +288,8 @@ class NcclCommunicator final : public Communicator {
 
   void abort() override { state_->abort(); }
   bool aborted() const override { return state_->aborted(); }
+  // The MPI twin shares the state: its waits (bootstrap, scalars, barrier) are marked too.
+  void set_activity(std::shared_ptr<control::TrainerActivity> activity) override { state_->set_activity(activity); }
 
   // Throws CommError when aborted or when NCCL reports an asynchronous error (a dead peer).
   void check_open(const std::string& what) {
@@ -350,6 +352,10 @@ class NcclCommunicator final : public Communicator {
       c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream_);
     auto done = std::make_shared<CudaEvent>();
     check_cuda(cudaEventRecord(done->get(), stream_.stream()), "cudaEventRecord");
+    // Waiting for the watchdog until the GPU has run it: the host may meanwhile spin in a CUDA sync
+    // behind it, which looks like computing (dist/control/activity.h).
+    if (control::TrainerActivity* activity = state_->activity())
+      activity->pending(what, [done] { return cudaEventQuery(done->get()) != cudaErrorNotReady; });
     return done;
   }
 

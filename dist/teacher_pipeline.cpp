@@ -119,6 +119,20 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
         run.pipeline->recv(input, me.stage - 1, kTagStageActivation);
         timer.add(TeacherPart::kRecvWait, std::chrono::duration<double>(StepTimer::Clock::now() - recv_start).count());
       }
+      if (last && run.stage->with_head() && sender->full_logits_dtype(key.kind)) {
+        // Full logits: the head writes them straight into the message, chunk by chunk, in the wire's
+        // dtype (LogitChannelSender::logits_buffer): no [rows, V] tensor of the stage's own.
+        const at::Tensor hidden_states = timer.time(TeacherPart::kCompute, [&] { return run.stage->final_hidden(input); });
+        const StepTimer::Clock::time_point room_start = StepTimer::Clock::now();
+        at::Tensor logits = sender->logits_buffer(item.to, hidden_states.size(0) * hidden_states.size(1),
+                                                  run.stage->config().vocab_size);
+        timer.add(TeacherPart::kSendWait, std::chrono::duration<double>(StepTimer::Clock::now() - room_start).count());
+        timer.time(TeacherPart::kCompute, [&] { run.stage->head_into(hidden_states, logits); });
+        sender->send_logits(item.to, checksum, std::move(logits));
+        stats.deliveries += static_cast<int64_t>(item.to.size());
+        ++stats.items;
+        continue;
+      }
       const at::Tensor out = timer.time(TeacherPart::kCompute, [&] { return run.stage->forward(input); });
       const StepTimer::Clock::time_point send_start = StepTimer::Clock::now();
       if (last) {

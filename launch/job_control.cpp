@@ -44,6 +44,10 @@ JobControl::JobControl(const ControlConfig& control, const std::string& job_dir,
   options.run = run;
   options.hard_exit_after_s = std::max(1.0, control.watchdog_s / 2);
   options.on_abort = [on_abort](const control::AbortInfo&) { on_abort(); };
+  // Made here, on the trainer thread (the one that runs the job), whose CPU clock it reads; the
+  // communicators mark their waits in it, so a long step is not taken for a hang.
+  options.activity = std::make_shared<control::TrainerActivity>();
+  if (world) world->set_activity(options.activity);
   // One machine: the coordinator listens on loopback only. Several: on every interface, advertised
   // by this host's name (or where DEEPEN_COORDINATOR / Slurm's first node says).
   const bool one_host = std::all_of(hostnames.begin(), hostnames.end(),

@@ -71,7 +71,7 @@ JobPlan plan_single_process_job(const Config& cfg, bool distill, const Tokenizer
   }
   const int64_t vocab = student_vocab_size(cfg, tokenizer);
   if (distill) plan.teacher = plan_teacher(cfg, vocab, tokenizer);
-  plan.channel = channel_format(cfg.distill);
+  plan.channel = channel_format(cfg.distill, cfg.teacher.dtype);
   // The schedule reads a matched run's budget record: the one read of it in a job.
   plan.runs.push_back(make_run_plan(run_cfg, make_growth_schedule(run_cfg), vocab));
   plan.job_dir = cfg.run.out_dir;
@@ -98,7 +98,7 @@ JobPlan plan_shared_teacher_job(const std::vector<Config>& runs, const std::stri
   plan.teacher = plan_teacher(cfg, vocab, tokenizer);
   plan.layout = make_rank_layout(cfg.parallel, world_size, static_cast<int>(plan.teacher->layers),
                                  plan.teacher->head_layers, static_cast<int>(runs.size()));
-  plan.channel = channel_format(cfg.distill);
+  plan.channel = channel_format(cfg.distill, cfg.teacher.dtype);
   for (const Config& run : runs)  // bad budgets fail on every rank, early
     plan.runs.push_back(make_run_plan(run, make_growth_schedule(run), student_vocab_size(run, tokenizer)));
   return plan;

@@ -1,6 +1,8 @@
 // TeacherStage: builds empty modules for a layer range and fills them from the checkpoint.
 #include "model/teacher_stage.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include "config/input_error.h"
@@ -83,8 +85,7 @@ TeacherStage::TeacherStage(const std::string& dir, int first, int last, bool is_
   eval();
 }
 
-at::Tensor TeacherStage::forward(const at::Tensor& input) {
-  at::NoGradGuard no_grad;
+at::Tensor TeacherStage::body(const at::Tensor& input) {
   at::Tensor x;
   if (is_first_) {
     if (input.dim() != 2 || input.scalar_type() != at::kLong)
@@ -97,9 +98,46 @@ at::Tensor TeacherStage::forward(const at::Tensor& input) {
   }
   const Rotary rope = make_rotary(x.size(1), spec_.head_dim, spec_.rope_theta, dtype_, device_);
   for (size_t j = 0; j < layers_->size(); ++j) x = layers_->ptr<DecoderBlockImpl>(j)->forward(x, rope);
-  if (!is_last_) return x;
-  if (!with_head_) return norm_(x);
-  return at::linear(norm_(x), head_weight_);
+  return is_last_ ? norm_(x) : x;
+}
+
+at::Tensor TeacherStage::forward(const at::Tensor& input) {
+  at::NoGradGuard no_grad;
+  const at::Tensor x = body(input);
+  if (!is_last_ || !with_head_) return x;
+  at::Tensor logits = at::empty({x.size(0), x.size(1), config_.vocab_size}, at::TensorOptions().dtype(dtype_).device(device_));
+  head_into(x, logits.view({-1, config_.vocab_size}));
+  return logits;
+}
+
+at::Tensor TeacherStage::final_hidden(const at::Tensor& input) {
+  if (!is_last_) throw std::logic_error("TeacherStage::final_hidden: not the last stage");
+  at::NoGradGuard no_grad;
+  return body(input);
+}
+
+int64_t TeacherStage::head_rows() const {
+  return std::max<int64_t>(1, (int64_t{64} << 20) / (4 * std::max<int64_t>(1, config_.vocab_size)));
+}
+
+void TeacherStage::head_into(const at::Tensor& hidden, const at::Tensor& out) const {
+  if (!is_last_ || !with_head_ || !head_weight_.defined())
+    throw std::logic_error("TeacherStage::head_into: this stage has no head");
+  at::NoGradGuard no_grad;
+  const at::Tensor rows = hidden.reshape({-1, spec_.hidden});
+  const int64_t n = rows.size(0);
+  if (out.dim() != 2 || out.size(0) != n || out.size(1) != config_.vocab_size || !out.is_contiguous())
+    throw std::invalid_argument("TeacherStage::head_into: expected a contiguous [" + std::to_string(n) + ", " +
+                                std::to_string(config_.vocab_size) + "] output");
+  const bool in_place = out.scalar_type() == dtype_ && out.device() == device_;
+  const int64_t step = head_rows();
+  for (int64_t r0 = 0; r0 < n; r0 += step) {
+    const int64_t r = std::min(step, n - r0);
+    const at::Tensor x = rows.narrow(0, r0, r).to(device_, dtype_);
+    at::Tensor dst = out.narrow(0, r0, r);
+    if (in_place) at::mm_out(dst, x, head_weight_.t());
+    else dst.copy_(at::mm(x, head_weight_.t()));
+  }
 }
 
 at::Tensor load_teacher_head(const std::string& dir, at::ScalarType dtype, at::Device device) {

@@ -45,6 +45,23 @@ class TeacherStage : public torch::nn::Module {
 
   at::Tensor forward(const at::Tensor& input);
 
+  // The last stage's forward split at the head, so the logits can be written where they are
+  // needed (the logit channel's send buffer, in the wire's dtype) instead of into a tensor of
+  // their own first: forward() of a last stage with the head is
+  //   head_into(final_hidden(input), at::empty({B, T, vocab}, stage dtype and device)).
+  // final_hidden: the final normalised hidden states [B, T, hidden] (last stage only).
+  at::Tensor final_hidden(const at::Tensor& input);
+  // Writes the logits of `hidden`'s rows [..., hidden] into `out` [rows, vocab] (any floating
+  // dtype, any device, contiguous), head_rows() rows at a time: each chunk is computed in the
+  // stage's dtype on its device, then cast and copied into its rows of `out`, so nothing of the
+  // whole [rows, vocab] exists besides `out` (at the paper's micro-batch, 16,384 x 151,936 logits:
+  // 4.98 GB in bf16, 9.96 GB in fp32). forward() goes through the same chunks, so a teacher in the
+  // student's process and one behind a logit channel compute the same logits bit for bit. Needs a
+  // stage with the head (is_last, with_head).
+  void head_into(const at::Tensor& hidden, const at::Tensor& out) const;
+  // Rows per head_into chunk: about 64 MiB of fp32 logits (110 rows at vocab 151,936), at least 1.
+  int64_t head_rows() const;
+
   const Qwen3Config& config() const { return config_; }
   int first_layer() const { return first_; }
   int last_layer() const { return last_; }
@@ -59,6 +76,7 @@ class TeacherStage : public torch::nn::Module {
   const std::vector<std::string>& opened_files() const { return opened_files_; }
 
  private:
+  at::Tensor body(const at::Tensor& input);  // embedding or cast, the layers, and the final norm if last
   Qwen3Config config_;
   DecoderSpec spec_;
   int first_, last_;

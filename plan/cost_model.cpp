@@ -81,7 +81,8 @@ TeacherStageMemory largest_teacher_stage(const PlanInput& in, int64_t P, int64_t
                             : static_cast<double>(in.teacher.hidden * float_dtype_bytes(in.activation_dtype));
     const TeacherStageMemory t = teacher_stage_memory(in.teacher, layers[static_cast<size_t>(p)], p == 0,
                                                       last && in.distill.logits != TeacherOutput::kHidden,  // no head to hold
-                                                      float_dtype_bytes(in.teacher_dtype), n, out, in.max_in_flight);
+                                                      float_dtype_bytes(in.teacher_dtype), n, out, in.max_in_flight,
+                                                      in.distill.logits == TeacherOutput::kFull);
     if (t.total() > worst.total()) {
       worst = t;
       if (layers_of_largest) *layers_of_largest = layers[static_cast<size_t>(p)];
@@ -633,6 +634,8 @@ PlanInput plan_input_from_config(const Config& cfg) {
   in.teacher_stages = cfg.parallel.teacher_stages;
   in.sharding = cfg.parallel.sharding;
   in.bucket_cap_mb = cfg.parallel.bucket_cap_mb;
+  in.cpu = cfg.run.device == RunDevice::kCpu;
+  in.cpu_loss_fused = cfg.student.cpu_kernels != CpuKernels::kAten;
   in.grad_accum = cfg.parallel.grad_accum;
   in.global_batch = cfg.parallel.global_batch;
   in.distill = cfg.distill;

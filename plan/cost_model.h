@@ -125,6 +125,10 @@ struct PlanInput {
   // parallel.bucket_cap_mb (MiB, the reduction's bucket, a step temporary under grad_op).
   Sharding sharding = Sharding::kNone;
   double bucket_cap_mb = 32;
+  // run.device = "cpu": the ranks are CPU processes, whose loss takes the CPU chunk budget and, with
+  // student.cpu_kernels other than "aten", the fused kernel (train/loss_chunking.h); else devices.
+  bool cpu = false;
+  bool cpu_loss_fused = false;
 };
 
 // A candidate layout and its predicted rates (tokens/s of the whole job unless noted).

@@ -133,6 +133,8 @@ StudentMemoryInput student_memory_input(const PlanInput& in) {
   s.recompute = in.recompute;
   s.frozen_embedding = in.frozen_embedding;
   s.row_chunk = in.distill.row_chunk;
+  s.gpu = !in.cpu;
+  s.loss_fused = in.cpu && in.cpu_loss_fused;
   s.target_bytes_per_token =
       logit_bytes_per_token(in.distill, in.teacher.vocab, s.tokens, in.header_bytes, in.teacher.hidden);
   s.sharding = in.sharding;
@@ -169,7 +171,8 @@ double parse_bytes(const std::string& text, const std::string& where) {
 }
 
 TeacherStageMemory teacher_stage_memory(const ModelShape& t, int64_t layers, bool first, bool last, int dtype_bytes,
-                                        int64_t tokens, double out_bytes_per_token, int64_t max_in_flight) {
+                                        int64_t tokens, double out_bytes_per_token, int64_t max_in_flight,
+                                        bool logits_in_place) {
   const double b = dtype_bytes, n = static_cast<double>(tokens);
   double params = static_cast<double>(layers * block_params(t));
   if (first) params += static_cast<double>(t.vocab * t.hidden);
@@ -181,7 +184,7 @@ TeacherStageMemory teacher_stage_memory(const ModelShape& t, int64_t layers, boo
   // One layer at a time under no_grad: residual, normed input, attention output and q/k/v (about
   // 4 hidden-sized tensors with q ~ hidden), and gate, up and their product (3 intermediate-sized).
   out.working = (4.0 * static_cast<double>(t.hidden) + 3.0 * static_cast<double>(t.intermediate)) * b * n;
-  if (last) out.working += static_cast<double>(t.vocab) * b * n;  // the logits before they are sent
+  if (last && !logits_in_place) out.working += static_cast<double>(t.vocab) * b * n;  // the logits before they are sent
   out.buffers = static_cast<double>(max_in_flight) * out_bytes_per_token * n;
   return out;
 }

@@ -167,14 +167,17 @@ double parse_bytes(const std::string& text, const std::string& where);
 
 // Bytes of one teacher stage rank: its weights (embedding on the first stage, final norm and head on
 // the last), the forward's working set for one micro-batch (no grad: about 4 hidden-sized and 3
-// intermediate-sized tensors of one layer at a time, plus the last stage's logits), and its outgoing
-// buffers (max_in_flight micro-batches of activations, or of logits for the last stage).
+// intermediate-sized tensors of one layer at a time, plus the last stage's logits unless
+// `logits_in_place`), and its outgoing buffers (max_in_flight micro-batches of activations, or of
+// the last stage's output). logits_in_place: the full channel, whose head writes the logits
+// straight into an outgoing buffer (LogitChannelSender::logits_buffer), so they are no tensor of
+// their own; the top-k channel makes the stage-dtype logits first and sends their top k.
 struct TeacherStageMemory {
   double weights = 0, working = 0, buffers = 0;
   double total() const { return weights + working + buffers; }
 };
 TeacherStageMemory teacher_stage_memory(const ModelShape& teacher, int64_t layers, bool first, bool last,
                                         int dtype_bytes, int64_t tokens, double out_bytes_per_token,
-                                        int64_t max_in_flight);
+                                        int64_t max_in_flight, bool logits_in_place = false);
 
 }  // namespace deepen

@@ -308,6 +308,13 @@ struct Agent::Impl {
       }
     }
     if (hb.phase.size() > kMaxStringBytes) hb.phase.resize(kMaxStringBytes);
+    if (opt.activity) {
+      const TrainerActivity::Sample s = opt.activity->sample();
+      hb.activity = s.state == TrainerActivity::State::kComputing ? kActivityComputing
+                    : s.state == TrainerActivity::State::kWaiting ? kActivityWaiting
+                                                                   : kActivityBlocked;
+      hb.waiting_in = s.what.substr(0, kMaxStringBytes);
+    }
     send(hb);
   }
 

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "dist/control/activity.h"
 #include "dist/control/endpoint.h"
 #include "dist/control/policy.h"
 #include "dist/control/secret.h"
@@ -46,6 +47,9 @@ struct AgentOptions {
   // for it. < 0 = never (tests, or callers that exit on their own).
   double hard_exit_after_s = -1;
   std::function<void(const std::string&)> log;  // one line per event; default: stderr
+  // The trainer thread's activity, sampled at each heartbeat (computing / waiting / blocked: see
+  // dist/control/activity.h); null = not reported, and only a new step or phase is progress.
+  std::shared_ptr<TrainerActivity> activity;
 };
 
 // Threading: the Agent runs its own Asio thread. report(), stop_step(), request_stop(),

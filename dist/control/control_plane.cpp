@@ -41,6 +41,7 @@ ControlPlane::ControlPlane(ControlOptions options) : opt_(std::move(options)) {
   a.connect_timeout_s = opt_.connect_timeout_s;
   a.handle_signals = opt_.handle_signals;
   a.on_abort = opt_.on_abort;
+  a.activity = opt_.activity;
   a.hard_exit_after_s = opt_.hard_exit_after_s;
   agent_ = std::make_unique<Agent>(std::move(a));
 }

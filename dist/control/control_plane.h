@@ -28,6 +28,7 @@ struct ControlOptions {
   bool handle_signals = true;       // SIGTERM, SIGUSR1 -> coordinated stop
   double hard_exit_after_s = 10;    // see AgentOptions; < 0 = never
   std::function<void(const AbortInfo&)> on_abort;  // abort the communicators here
+  std::shared_ptr<TrainerActivity> activity;       // see AgentOptions::activity
   // Used only on the rank that calls host_coordinator():
   std::string coordinator_bind = "0.0.0.0";
   uint16_t coordinator_port = 0;    // 0 = a free port

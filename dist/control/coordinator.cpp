@@ -245,7 +245,11 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
     auto& slot = owner_.slots[size_t(rank_)];
     slot.last_frame = now;
     if (auto* hb = std::get_if<Heartbeat>(&m)) {
-      if (hb->step != slot.view.step || hb->phase != slot.view.phase) slot.last_progress = now;
+      // A trainer thread that computes is progressing, however long its step (activity.h).
+      if (hb->step != slot.view.step || hb->phase != slot.view.phase || hb->activity == kActivityComputing)
+        slot.last_progress = now;
+      slot.view.activity = hb->activity;
+      slot.view.waiting_in = std::move(hb->waiting_in);
       slot.view.step = hb->step;
       slot.view.stage = hb->stage;
       slot.view.depth = hb->depth;

@@ -90,10 +90,15 @@ std::optional<AbortInfo> watchdog_verdict(std::span<const RankView> ranks, doubl
     if (!first_stalled || r.stall_s > first_stalled->stall_s) first_stalled = &r;
   }
   if (any_connected && least_stall > limits.watchdog_s) {
+    std::string doing;
+    if (first_stalled->activity == kActivityWaiting)
+      doing = ", waiting in " + first_stalled->waiting_in;
+    else if (first_stalled->activity == kActivityBlocked)
+      doing = ", blocked outside any communicator call and using no CPU (I/O? a lock?)";
     return blame(*first_stalled,
                  "no rank has made progress for " + seconds(least_stall) +
                      "; this one stopped first, " + seconds(first_stalled->stall_s) + " ago in phase \"" +
-                     first_stalled->phase + "\"" + limit + "; a collective or I/O hangs");
+                     first_stalled->phase + "\"" + doing + limit + "; a collective or I/O hangs");
   }
   if (since_start_s > limits.connect_timeout_s) {
     std::string missing;

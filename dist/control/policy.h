@@ -53,7 +53,11 @@ struct RankView {
   std::string phase;
   MetricList metrics;          // the trainer's last metric map (losses, tokens/s, bytes/s, ...)
   double heartbeat_age_s = 0;  // since the last frame from it
-  double stall_s = 0;          // since its (step, phase) last changed
+  // Since its (step, phase) last changed or it last reported computing (dist/control/activity.h):
+  // a rank whose trainer computes is making progress, however long its step.
+  double stall_s = 0;
+  int32_t activity = kActivityUnknown;  // its last heartbeat's (wire.h)
+  std::string waiting_in;               // kActivityWaiting: the operation
   int exit_code = 0;           // kDone: the code its Bye announced
   std::string bye_message;
   std::string dropped_why;     // kLost: why the coordinator dropped it; empty = the connection broke
@@ -74,7 +78,10 @@ struct WatchdogLimits {
 //  4. no connected rank made progress for watchdog_s                          -> blame the rank
 //     stalled longest. Job-wide on purpose: ranks wait on each other in collectives, so one hung
 //     rank soon stalls all; the first one to stop is the culprit, and a rank legitimately waiting
-//     while another loads weights or evaluates (and reports phases) is not blamed.
+//     while another loads weights or evaluates (and reports phases) is not blamed. Progress is a
+//     new step or phase, or a heartbeat saying the trainer thread computes (activity.h): a lone
+//     process computing one long step, or students waiting on a teacher that computes, is alive;
+//     ranks all waiting in communicator calls, or blocked outside them using no CPU, are not.
 //  5. some rank has not connected connect_timeout_s after start               -> name the lowest
 // Example (watchdog_s = 10): ranks 0..3 connected; rank 2 stall 14 s, rank 0 stall 11 s, ranks 1,3
 // stall 12 s, heartbeats fresh -> rule 4: "rank 2 on n1 (...), last step 7: no rank has made progress

@@ -17,7 +17,8 @@ namespace deepen::control {
 // big-endian, strings are a u16 length and bytes, nonces and MACs are 32 raw bytes, the metric map is
 // a u16 count of (string, double). The parser rejects anything else (unknown type, short or
 // trailing bytes, over-long strings): a peer that sends it gets its connection closed.
-inline constexpr uint16_t kProtocolVersion = 3;  // 2: Auth carries the run; 3: Abort carries the exit code
+inline constexpr uint16_t kProtocolVersion = 4;  // 2: Auth carries the run; 3: Abort carries the exit code;
+                                                 // 4: Heartbeat.activity, waiting_in
 inline constexpr uint32_t kMaxFrameBytes = 64 * 1024;  // body bytes after the authenticated handshake
 inline constexpr uint32_t kMaxHandshakeBytes = 1024;   // body bytes before it: Auth is small
 inline constexpr size_t kMaxStringBytes = 4096;        // host names, phases, reasons, messages
@@ -73,8 +74,14 @@ struct Heartbeat {
   int64_t depth = 0;
   std::string phase;   // free text; a change counts as progress for the stall watchdog
   MetricList metrics;
-  template <class F> void fields(F& f) { f(step); f(stage); f(depth); f(phase); f(metrics); }
+  // What the trainer thread did since the last beat (dist/control/activity.h): kActivityUnknown (no
+  // TrainerActivity), kActivityComputing (counts as progress), kActivityWaiting (in `waiting_in`),
+  // kActivityBlocked (outside any wait, using no CPU).
+  int32_t activity = 0;
+  std::string waiting_in;
+  template <class F> void fields(F& f) { f(step); f(stage); f(depth); f(phase); f(activity); f(waiting_in); f(metrics); }
 };
+inline constexpr int32_t kActivityUnknown = 0, kActivityComputing = 1, kActivityWaiting = 2, kActivityBlocked = 3;
 
 // agent -> coordinator: a signal (or the trainer) asks for a coordinated stop.
 struct StopRequest {

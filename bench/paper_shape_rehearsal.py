@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""The paper's micro-batch on CPU, end to end: a random teacher at V = 151,936 distilled into a small
+student through one growth event, over the full channel and the hidden channel, in one process and
+as 1 teacher + 1 student ranks under mpirun; the runs must agree, and each process's peak RSS must be
+within 20% of what `deepen plan` says for the same config.
+
+  bench/paper_shape_rehearsal.py                   # DEEPEN=build/deepen, work in /tmp/deepen-paper-shape
+  bench/paper_shape_rehearsal.py --deepen build/deepen --work DIR --threads 2 --only full
+
+Shapes (docs/performance.md, "Paper shapes on CPU"): documents of ~24,000 byte tokens cut to their first
+8,192 (data.packing = "documents", max_len = 8192), micro_batch = 2 -> 16,384 tokens and 2.49e9
+logits per micro-batch, whose bf16 message is 4.98 GB (past 2^31 elements and bytes). The teacher is
+random (2 layers x 256, 4/2 heads of 64, bf16; scripts/random_qwen3.py); the student has 2 layers of
+hidden 512 at V = 151,936 (byte tokenizer, student.vocab_size widened), grown 1 -> 2 blocks over two
+one-step stages, an eval of one batch at each stage end. parallel.max_in_flight = 1: what fits twice
+(teacher and student process) in 24 GB; the plan's figures use the same setting.
+
+Agreement: one student (S = 1) computes the same arithmetic in the same order in both layouts, and
+the teacher's logits are made by the same chunked head (TeacherStage::head_into) whether they go to
+a channel or stay in the process, so the losses, evals and diagnostics must be equal bit for bit
+(tolerance 0, as tests/e2e/distributed_train.py holds its S = 1 layouts). Every run uses the same
+run.threads, so a BLAS that splits sums by thread count cannot tell the layouts apart either.
+
+Memory: a process's peak is its VmHWM, polled every 0.2 s while it runs. Measured = peak - the
+baseline of a process whose model is a few KB (LibTorch, MPI, the shards: bench/memory_check's
+method). Predicted, from `deepen plan CONFIG` (plan/memory_model.h): the student rank's "student at
+full depth" peak; the teacher rank's "teacher, largest of P=1 stage(s)" total; one process holds both,
+minus the teacher's outgoing buffers (its logits are the student's targets, counted there).
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+GIB = 1024.0 ** 3
+VOCAB = 151936
+
+
+def sh(cmd, log, env=None, timeout=3600):
+    """Runs cmd (output to log); returns {pid: peak VmHWM bytes} of every deepen process it started
+    and the wall seconds. Raises with the log's tail on a non-zero exit."""
+    peaks, done = {}, threading.Event()
+    with open(log, "w") as out:
+        start = time.time()
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
+
+        def poll():
+            while not done.is_set():
+                for pid, hwm in deepen_peaks(p.pid).items():
+                    peaks[pid] = max(peaks.get(pid, (0, ""))[0], hwm[0]), hwm[1]
+                done.wait(0.2)
+        t = threading.Thread(target=poll, daemon=True)
+        t.start()
+        try:
+            rc = p.wait(timeout=timeout)
+        finally:
+            done.set()
+            t.join()
+        wall = time.time() - start
+    if rc != 0:
+        with open(log) as f:
+            tail = f.read()[-4000:]
+        raise SystemExit(f"FAILED ({rc}): {' '.join(cmd)}\n{tail}")
+    return peaks, wall
+
+
+def deepen_peaks(root):
+    """{pid: (VmHWM bytes, rank)} of root and its descendants whose executable is deepen."""
+    out, todo = {}, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                todo += [int(c) for c in f.read().split()]
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+            if not cmd[0].endswith(b"deepen"):
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            rank = next((e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"OMPI_COMM_WORLD_RANK=")), "")
+            with open(f"/proc/{pid}/status") as f:
+                hwm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+            out[pid] = (hwm, rank)
+        except (OSError, StopIteration, ValueError):
+            continue
+    return out
+
+
+def records(run_dir, name):
+    path = os.path.join(run_dir, name)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def compare(a, b, what):
+    """Equal bit for bit: every train step's losses and token counts, every eval, every diagnostic."""
+    ma, mb = records(a, "metrics.jsonl"), records(b, "metrics.jsonl")
+    assert len(ma) == len(mb) == 2, f"{what}: {len(ma)} and {len(mb)} train records, 2 expected"
+    assert [m["depth"] for m in ma] == [1, 2], f"{what}: depths {[m['depth'] for m in ma]}, growth 1 -> 2 expected"
+    n = 0
+    for x, y in zip(ma, mb):
+        for key in ("loss", "kl", "ce", "tokens", "grad_norm"):
+            if key in x or key in y:
+                assert x.get(key) == y.get(key), f"{what}: step {x['step']} {key} {x.get(key)} vs {y.get(key)}"
+                n += 1
+    ea, eb = records(a, "eval.jsonl"), records(b, "eval.jsonl")
+    assert len(ea) == len(eb) >= 2, f"{what}: {len(ea)} and {len(eb)} evals"
+    for x, y in zip(ea, eb):
+        for key in ("val_ce", "val_kl"):
+            assert x[key] == y[key], f"{what}: eval after step {x['step']} {key} {x[key]} vs {y[key]}"
+            n += 1
+    da, db = records(a, "diagnostics.jsonl"), records(b, "diagnostics.jsonl")
+    assert json.dumps(da, sort_keys=True) == json.dumps(db, sort_keys=True), f"{what}: diagnostics differ"
+    print(f"  {what}: equal bit for bit: {n} values over 2 steps (depth 1 -> 2) and {len(ea)} evals, "
+          f"{len(da)} diagnostic records; losses {[x['loss'] for x in ma]}, val_kl {[x['val_kl'] for x in ea]}")
+
+
+def plan_figures(deepen, base, sets, log):
+    """(student peak GiB, teacher stage {weights, forward, buffers, total} GiB) from `deepen plan`."""
+    cmd = [deepen, "plan", base, "--layout", "1,1,1"]
+    for s in sets:
+        cmd += ["--set", s]
+    text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    with open(log, "w") as f:
+        f.write(text)
+    student = re.search(r"student at full depth.*?(?:peak )?([\d.]+) -> (?:fits|does NOT fit)", text, re.S)
+    teacher = re.search(r"teacher, largest of P=1 stage\(s\).*?: weights ([\d.]+) \+ forward ([\d.]+) \+ \d+ outgoing "
+                        r"micro-batches ([\d.]+) = ([\d.]+)", text)
+    if not student or not teacher:
+        raise SystemExit(f"could not read the memory section of `deepen plan` (see {log})")
+    w, fwd, buf, tot = (float(v) for v in teacher.groups())
+    return float(student.group(1)), {"weights": w, "forward": fwd, "buffers": buf, "total": tot}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--deepen", default=os.environ.get("DEEPEN", "build/deepen"))
+    ap.add_argument("--work", default="/tmp/deepen-paper-shape")
+    ap.add_argument("--threads", type=int, default=2, help="run.threads of every run (equal, see above)")
+    ap.add_argument("--only", choices=["full", "hidden"], help="one channel's pair of runs")
+    a = ap.parse_args()
+    deepen = os.path.abspath(a.deepen)
+    work = os.path.abspath(a.work)
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.makedirs(os.path.join(work, "text"), exist_ok=True)
+    t0 = time.time()
+
+    # Documents longer than max_len: 12 of ~24,000 bytes (byte tokens), structured text so losses move.
+    import random
+    words = "the growth of a student follows teacher norm block layer residual stream attention head".split()
+    rng = random.Random(1)
+    for part in range(12):
+        with open(os.path.join(work, "text", f"part{part}.txt"), "w") as f:
+            f.write("".join(rng.choice(words) + (".\n" if rng.random() < 0.15 else " ") for _ in range(3400)))
+    base = os.path.join(work, "base.toml")
+    with open(base, "w") as f:
+        f.write(f"""[run]
+seed = 1
+device = "cpu"
+threads = {a.threads}
+[data]
+tokenizer = "bytes"
+sources = ["{work}/text"]
+train = "{work}/data/train"
+valid = "{work}/data/valid"
+packing = "documents"
+max_len = 8192
+valid_fraction = 0.1
+[teacher]
+checkpoint = "{work}/teacher"
+dtype = "bf16"
+cpu_kernels = "fused"
+[student]
+layers = 2
+hidden = 512
+heads = 8
+kv_heads = 4
+head_dim = 64
+intermediate = 1024
+vocab_size = {VOCAB}
+cpu_kernels = "fused"
+[curriculum]
+mode = "grow"
+stage_steps = [1, 1]
+[distill]
+channel_dtype = "bf16"
+[optim]
+lr = 1e-4
+warmup_steps = 1
+[parallel]
+micro_batch = 2
+max_in_flight = 1
+[eval]
+every = 100000
+batches = 1
+diagnostics_every = 0
+diagnostic_batch = 1
+[checkpoint]
+every = 0
+keep = 1
+""")
+    logs = os.path.join(work, "logs")
+    os.makedirs(logs, exist_ok=True)
+    print(f"paper-shape rehearsal in {work} ({os.cpu_count()} cores, run.threads = {a.threads})")
+    sh([deepen, "prep", base, "--no-progress", "--overwrite"], os.path.join(logs, "prep.log"))
+    if not os.path.exists(os.path.join(work, "teacher", "model.safetensors")):
+        sh([sys.executable, os.path.join(here, "..", "scripts", "random_qwen3.py"), os.path.join(work, "teacher"),
+            "--layers", "2", "--hidden", "256", "--heads", "4", "--kv-heads", "2", "--head-dim", "64",
+            "--intermediate", "768", "--vocab", str(VOCAB)], os.path.join(logs, "teacher.log"))
+
+    # The baseline: the same binary and shards, a model of a few KB (bench/memory_check's method).
+    tiny = ["student.layers=1", "student.hidden=8", "student.heads=1", "student.kv_heads=1", "student.head_dim=8",
+            "student.intermediate=8", "student.vocab_size=259", "data.max_len=8", "parallel.micro_batch=1",
+            "curriculum.mode=\"joint\"", "curriculum.stage_steps=[2]", "eval.batches=1", "run.threads=1"]
+    cmd = [deepen, "pretrain", base, "--fresh", "--quiet", "--set", f'run.out_dir="{work}/baseline"']
+    for s in tiny:
+        cmd += ["--set", s]
+    peaks, _ = sh(cmd, os.path.join(logs, "baseline.log"))
+    baseline = max(v[0] for v in peaks.values())
+    print(f"  baseline process (a few KB of model): peak RSS {baseline / GIB:.2f} GiB")
+
+    failures = []
+    for channel in ([a.only] if a.only else ["full", "hidden"]):
+        sets = [f'distill.logits="{channel}"']
+        student_gib, teacher = plan_figures(deepen, base, sets, os.path.join(logs, f"plan-{channel}.log"))
+        print(f"## distill.logits = \"{channel}\": plan: student {student_gib:.1f} GiB; teacher stage {teacher['total']:.1f} GiB "
+              f"(weights {teacher['weights']:.1f} + forward {teacher['forward']:.1f} + 1 outgoing micro-batch "
+              f"{teacher['buffers']:.1f})")
+        runs = {}
+        for layout, ranks in (("single", 1), ("1+1", 2)):
+            out = os.path.join(work, f"{channel}-{layout.replace('+', 'x')}")
+            cmd = [deepen, "train", base, "--fresh", "--quiet", "--set", f'run.out_dir="{out}"']
+            for s in sets:
+                cmd += ["--set", s]
+            if ranks > 1:
+                cmd = ["mpirun", "-np", str(ranks)] + cmd
+            peaks, wall = sh(cmd, os.path.join(logs, f"{channel}-{layout}.log"), env=MPI_ENV if ranks > 1 else None)
+            runs[layout] = out
+            by_rank = sorted(peaks.values(), key=lambda v: v[1])
+            if ranks == 1:
+                predicted = {"one process": student_gib + teacher["total"] - teacher["buffers"]}
+                measured = {"one process": by_rank[0][0]}
+            else:
+                predicted = {"teacher rank": teacher["total"], "student rank": student_gib}
+                measured = {"teacher rank": next(v[0] for v in by_rank if v[1] == "0"),
+                            "student rank": next(v[0] for v in by_rank if v[1] == "1")}
+            for who, gib_pred in predicted.items():
+                got = (measured[who] - baseline) / GIB
+                ratio = got / gib_pred
+                ok = abs(ratio - 1) <= 0.2
+                print(f"  {channel} {layout:6s} {who:13s}: {wall:6.0f} s; peak RSS {measured[who] / GIB:5.2f} GiB, minus "
+                      f"baseline {got:5.2f} GiB vs plan {gib_pred:5.2f} GiB: {ratio:.2f}x {'ok' if ok else 'OUTSIDE 20%'}")
+                if not ok:
+                    failures.append(f"{channel} {layout} {who}: measured {got:.2f} GiB vs plan {gib_pred:.2f} GiB")
+        compare(runs["single"], runs["1+1"], f"{channel}: one process vs 1 teacher + 1 student")
+        msg = os.path.join(runs["1+1"], "metrics.jsonl")
+        last = records(runs["1+1"], "metrics.jsonl")[-1]
+        if "channel_bytes" in last:
+            print(f"  {channel} 1+1: channel bytes at the last step {last['channel_bytes']:,} ({msg})")
+    print(f"rehearsal: {'ok' if not failures else 'FAILED'} in {time.time() - t0:.0f} s")
+    for f in failures:
+        print("  " + f)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
