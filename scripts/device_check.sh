@@ -168,10 +168,14 @@ need_gpu() {  # need_gpu WHAT TEST...: as need, for what only the GPU steps need
   local what=$1; shift
   if "$@" > /dev/null 2>&1; then say "preflight: $what: ok"; else missing_gpu+=("$what"); say "preflight: $what: MISSING"; fi
 }
-# header H: H is under include/ of a CMAKE_PREFIX_PATH entry (the kit's) or of /usr/local or /usr.
+# header H: H is under include/ (or Debian's include/<triplet>/) of a CMAKE_PREFIX_PATH entry (the
+# kit's) or of /usr/local or /usr.
 header() {
   local prefix
-  for prefix in ${CMAKE_PREFIX_PATH:+${CMAKE_PREFIX_PATH//:/ }} /usr/local /usr; do [[ -f $prefix/include/$1 ]] && return 0; done
+  for prefix in ${CMAKE_PREFIX_PATH:+${CMAKE_PREFIX_PATH//:/ }} /usr/local /usr; do
+    [[ -f $prefix/include/$1 ]] && return 0
+    compgen -G "$prefix/include/*-linux-gnu/$1" > /dev/null && return 0
+  done
   return 1
 }
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -191,6 +195,8 @@ need "CLI11 (CLI/CLI.hpp)" header CLI/CLI.hpp
 need "nlohmann-json (nlohmann/json.hpp)" header nlohmann/json.hpp
 need "utf8proc (utf8proc.h)" header utf8proc.h
 need "GoogleTest (gtest/gtest.h)" header gtest/gtest.h
+need "OpenSSL (openssl/evp.h and its openssl/opensslconf.h)" bash -c "$(declare -f header); header openssl/evp.h && header openssl/opensslconf.h"
+need "prometheus-cpp (prometheus/text_serializer.h)" header prometheus/text_serializer.h
 if ((!DRY)); then
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')" 2>&1 | tee -a "$SUMMARY"

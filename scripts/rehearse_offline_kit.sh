@@ -92,6 +92,9 @@ if ! in_chroot python3 -c "import torch, pyarrow, mpi4py, safetensors; assert to
     in_chroot pip install -q --no-index --find-links /wheels "${PY_PACKAGES[@]}"
   else
     cp /etc/resolv.conf "$CHROOT/etc/resolv.conf"
+    # The host's CA bundle, for pip behind a TLS-intercepting proxy (pip's own bundle lacks its CA).
+    cp /etc/ssl/certs/ca-certificates.crt "$CHROOT/etc/ssl/certs/ca-certificates.crt"
+    printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' > "$CHROOT/etc/pip.conf"
     in_chroot pip install -q "${PY_PACKAGES[@]}"
   fi
 fi
