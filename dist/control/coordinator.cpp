@@ -276,6 +276,10 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
       slot.view.state = RankState::kDone;
       slot.view.exit_code = bye->exit_code;
       slot.view.bye_message = bye->message;
+      // A rank that finished is progress for everyone still here: they wait on it (a teacher in the
+      // final barrier while its students evaluate and export) and now have watchdog_s to follow it.
+      if (bye->exit_code == 0)
+        for (auto& other : owner_.slots) other.last_progress = now;
       lock.unlock();
       owner_.cv.notify_all();
       owner_.log("rank " + std::to_string(rank_) + " left with exit code " +

@@ -142,5 +142,24 @@ TEST(ControlWatchdog, RankBlockedOutsideAnyWaitIsAbortedAsBlocked) {
       << agents.abort_of(0)->message;
 }
 
+// A teacher that sent its last micro-batch waits in the final barrier while its student evaluates
+// and exports for longer than the watchdog; the student then leaves with exit code 0. Its leaving is
+// progress: the teacher, stalled for more than watchdog_s, gets watchdog_s to follow it instead of
+// being aborted at once (the paper-shape rehearsal's hidden-channel job ended so, after a good run).
+TEST(ControlWatchdog, ARankLeavingWithSuccessGivesTheRanksWaitingOnItAFreshWatchdog) {
+  LocalJob job(2, 2, [](CoordinatorOptions& o) { o.watchdog_s = 1.0; });
+  job.agent(0).report(1, 0, 1, {});  // the teacher: done computing, waiting from now on
+  {
+    Trainer student(job.agent(1), std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // the teacher stalls 2.5 s > 1 s
+  }
+  EXPECT_FALSE(job.abort_of(0).has_value()) << job.abort_of(0)->message;  // the student's steps kept the job alive
+  job.agent(1).shutdown(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // the barrier completes well within 1 s
+  EXPECT_FALSE(job.abort_of(0).has_value()) << job.abort_of(0)->message;
+  // Still stalled a full watchdog_s after the student left: a hang again.
+  EXPECT_TRUE(eventually([&] { return job.abort_of(0).has_value(); }, 10));
+}
+
 }  // namespace
 }  // namespace deepen::control
