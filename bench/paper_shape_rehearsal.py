@@ -21,7 +21,13 @@ a channel or stay in the process, so the losses, evals and diagnostics must be e
 (tolerance 0, as tests/e2e/distributed_train.py holds its S = 1 layouts). Every run uses the same
 run.threads, so a BLAS that splits sums by thread count cannot tell the layouts apart either.
 
-Memory: a process's peak is its VmHWM, polled every 0.2 s while it runs. Measured = peak - the
+Watchdog: control.watchdog_s = 20, far below a step here (over a minute): a rank whose trainer
+thread computes is alive (dist/control/activity.h), so a lone process computing its first step, a
+student waiting on a teacher that computes, and a teacher in the final barrier while its student
+evaluates and exports must all go on; a run the watchdog aborted fails the rehearsal.
+
+Memory: goal within 20% of the plan (or 0.15 GiB for figures under a GiB, see ROUNDING_GIB). A
+process's peak is its VmHWM, polled every 0.2 s while it runs. Measured = peak - the
 baseline of a process whose model is a few KB (LibTorch, MPI, the shards: bench/memory_check's
 method). Predicted, from `deepen plan CONFIG` (plan/memory_model.h): the student rank's "student at
 full depth" peak; the teacher rank's "teacher, largest of P=1 stage(s)" total; one process holds both,
@@ -39,6 +45,10 @@ import time
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 GIB = 1024.0 ** 3
+# `deepen plan` prints GiB to one decimal, each of a stage's three terms (weights, forward, buffers)
+# within 0.05 of its value, and the baseline differs between processes by about 0.1 GiB (0.31 and
+# 0.41 GiB in two runs here): below ~1 GiB a figure is only known to this, whatever 20% of it is.
+ROUNDING_GIB = 0.15
 VOCAB = 151936
 
 
@@ -207,6 +217,8 @@ diagnostic_batch = 1
 [checkpoint]
 every = 0
 keep = 1
+[control]
+watchdog_s = 20
 """)
     logs = os.path.join(work, "logs")
     os.makedirs(logs, exist_ok=True)
@@ -256,9 +268,9 @@ keep = 1
             for who, gib_pred in predicted.items():
                 got = (measured[who] - baseline) / GIB
                 ratio = got / gib_pred
-                ok = abs(ratio - 1) <= 0.2
+                ok = abs(got - gib_pred) <= max(0.2 * gib_pred, ROUNDING_GIB)
                 print(f"  {channel} {layout:6s} {who:13s}: {wall:6.0f} s; peak RSS {measured[who] / GIB:5.2f} GiB, minus "
-                      f"baseline {got:5.2f} GiB vs plan {gib_pred:5.2f} GiB: {ratio:.2f}x {'ok' if ok else 'OUTSIDE 20%'}")
+                      f"baseline {got:5.2f} GiB vs plan {gib_pred:5.2f} GiB: {ratio:.2f}x {'ok' if ok else 'OUTSIDE'}")
                 if not ok:
                     failures.append(f"{channel} {layout} {who}: measured {got:.2f} GiB vs plan {gib_pred:.2f} GiB")
         compare(runs["single"], runs["1+1"], f"{channel}: one process vs 1 teacher + 1 student")
