@@ -245,15 +245,15 @@ TEST(MemoryModel, PaperConfigOnEightyGigabyteDevicesNamesWhatFits) {
 
 // Why the shipped config keeps micro_batch = 2 under grad_op (global_batch = 64 over 8 students takes
 // 1, 2, 4 or 8): at 2 both roles fit an 80 GB device with more margin than the model's worst measured
-// under-prediction (bench/memory_check, docs/performance.md: measured/predicted at most 1.065,
-// recompute = "mlp"). At 4 both fit by the model too, now that the teacher's head writes its logits
+// under-prediction (bench/memory_check, docs/performance.md: measured/predicted at most 1.066,
+// recompute = "layer"). At 4 both fit by the model too, now that the teacher's head writes its logits
 // straight into the outgoing buffers (4 of them: 37.1 GiB of the stage's 55.6); the student's
 // model is checked against measured peaks, the teacher stage's only on CPU
 // (bench/paper_shape_rehearsal.py), so the config stays at 2 until a GPU run measures a stage. At 8
 // neither fits. The plan prints the sharded figures in the memory section and each layout's student
 // peak in the table.
 TEST(MemoryModel, PaperConfigMicroBatchFitsWithinTheModelsMeasuredErrorAndEightDoesNot) {
-  constexpr double kWorstMeasuredOverPredicted = 1.065;
+  constexpr double kWorstMeasuredOverPredicted = 1.066;
   PlanInput in = paper_plan();
   const ClusterSpec c = two_nodes_of_80_gb();
   const double budget = 0.9 * c.memory;
