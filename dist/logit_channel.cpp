@@ -139,17 +139,19 @@ void LogitChannelSender::send_logits(const std::vector<Delivery>& to, uint64_t c
 
 void LogitChannelSender::make_room(const std::vector<Delivery>& to, bool keep_spare) {
   if (!keep_spare) spare_ = at::Tensor();
-  for (const Delivery& d : to) {
-    auto& queue = in_flight_.at(static_cast<size_t>(d.run));
-    while (static_cast<int64_t>(queue.size()) >= max_in_flight_) {
-      queue.front()->wait();
-      at::Tensor payload = std::move(queue.front()->payload);
-      const bool full = !queue.front()->indices.defined();
-      queue.pop_front();  // its requests go first: an MPI request may hold the payload too
-      // One spare at most: a payload no other run's message still sends (logits_buffer() takes it
-      // only if its shape and dtype are the ones asked for).
-      if (keep_spare && full && payload.use_count() == 1) spare_ = std::move(payload);
-    }
+  for (const Delivery& d : to) wait_for_room(d.run, keep_spare);
+}
+
+void LogitChannelSender::wait_for_room(int run, bool keep_spare) {
+  auto& queue = in_flight_.at(static_cast<size_t>(run));
+  while (static_cast<int64_t>(queue.size()) >= max_in_flight_) {
+    queue.front()->wait();
+    at::Tensor payload = std::move(queue.front()->payload);
+    const bool full = !queue.front()->indices.defined();
+    queue.pop_front();  // its requests go first: an MPI request may hold the payload too
+    // One spare at most: a payload no other run's message still sends (logits_buffer() takes it
+    // only if its shape and dtype are the ones asked for).
+    if (keep_spare && full && payload.use_count() == 1) spare_ = std::move(payload);
   }
 }
 
@@ -157,11 +159,7 @@ void LogitChannelSender::post(const std::vector<Delivery>& to, uint64_t checksum
                               const at::Tensor& values, const at::Tensor& indices) {
   const at::Device wire = channel_.device();
   for (const Delivery& d : to) {
-    auto& queue = in_flight_.at(static_cast<size_t>(d.run));
-    while (static_cast<int64_t>(queue.size()) >= max_in_flight_) {
-      queue.front()->wait();
-      queue.pop_front();
-    }
+    wait_for_room(d.run, false);  // a no-op after make_room(to), unless `to` names a run twice
     const int dst = 1 + d.run * students_per_pipeline_ + static_cast<int>(d.key.student) - first_student_;
     auto msg = std::make_unique<InFlight>();
     msg->payload = values;
@@ -175,7 +173,7 @@ void LogitChannelSender::post(const std::vector<Delivery>& to, uint64_t checksum
     if (msg->indices.defined()) msg->indices_req = channel_.isend(msg->indices, dst, kTagIndices);
     bytes_ += static_cast<int64_t>(msg->header.nbytes() + msg->payload.nbytes() +
                                    (msg->indices.defined() ? msg->indices.nbytes() : 0));
-    queue.push_back(std::move(msg));
+    in_flight_.at(static_cast<size_t>(d.run)).push_back(std::move(msg));
   }
 }
 

@@ -104,6 +104,7 @@ class LogitChannelSender {
   // Waits until each run in `to` has fewer than max_in_flight messages out; a finished full-logit
   // payload nobody else holds becomes spare_ when keep_spare (else any spare is dropped).
   void make_room(const std::vector<Delivery>& to, bool keep_spare);
+  void wait_for_room(int run, bool keep_spare);  // make_room for one run, the spare kept as asked
   void post(const std::vector<Delivery>& to, uint64_t checksum, int64_t rows, int64_t payload, const at::Tensor& values,
             const at::Tensor& indices);
   int64_t bytes_ = 0;

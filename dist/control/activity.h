@@ -14,7 +14,7 @@
 
 namespace deepen::control {
 
-// Why (docs/cluster.md, "The watchdog: a hang, not a long step"): the watchdog's stall rule aborts
+// Why (docs/cluster.md, "When something fails", the hang row): the watchdog's stall rule aborts
 // a job in which no rank has made progress for control.watchdog_s. Progress used to mean a new
 // step or phase only, so one paper-shape step longer than the limit (minutes on a CPU; a lone
 // process has no collective to hang in at all) aborted a healthy job. What hangs is a rank that

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -85,15 +86,34 @@ TEST(TrainerActivity, TellsComputingFromWaitingFromBlocked) {
   go_on = true;
 }
 
+// A one-rank job with a 1 s watchdog, whose agent reports the given trainer activity.
+struct LoneRankJob {
+  LogSink log;
+  Secret secret = generate_secret();
+  Coordinator coord{coordinator_options(secret, log)};
+  std::unique_ptr<Agents> agents;
+
+  static CoordinatorOptions coordinator_options(const Secret& secret, LogSink& log) {
+    CoordinatorOptions o = fast_coordinator(1, secret, log);
+    o.watchdog_s = 1.0;
+    return o;
+  }
+  // Connects the agent and reports step 0: from then on only its activity tells progress.
+  void connect(std::shared_ptr<TrainerActivity> activity) {
+    agents = std::make_unique<Agents>(1, 1, secret, log, coord.endpoint(), [&](AgentOptions& o) {
+      o.watchdog_s = 1.0;
+      o.activity = activity;
+    });
+    (*agents)[0].report(0, 0, 1, {});
+  }
+  std::optional<AbortInfo> abort() { return agents->abort_of(0); }
+};
+
 // One rank, watchdog 1 s: a first step computing for 3 s is not a hang (the lone paper-shape
 // process used to be aborted "before its first step"); the same rank then spinning in a
 // communicator wait is, and the message names the wait.
 TEST(ControlWatchdog, LoneRankComputingALongStepIsNotAbortedButAWaitIs) {
-  LogSink log;
-  const Secret secret = generate_secret();
-  CoordinatorOptions co = fast_coordinator(1, secret, log);
-  co.watchdog_s = 1.0;
-  Coordinator coord(co);
+  LoneRankJob job;
   std::atomic<int> phase{0};
   std::atomic<bool> release{false};
   TrainerThread t([&](TrainerActivity& a) {
@@ -103,43 +123,31 @@ TEST(ControlWatchdog, LoneRankComputingALongStepIsNotAbortedButAWaitIs) {
     const TrainerActivity::Wait w(&a, "recv from rank 1 tag 12 (4,978,638,848 bytes)");
     while (!release) compute_for(0.01);
   });
-  Agents agents(1, 1, secret, log, coord.endpoint(), [&](AgentOptions& o) {
-    o.watchdog_s = 1.0;
-    o.activity = t.activity;
-  });
-  agents[0].report(0, 0, 1, {});
+  job.connect(t.activity);
   phase = 1;
   while (phase != 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_FALSE(agents.abort_of(0).has_value()) << agents.abort_of(0)->message;
-  const bool aborted = eventually([&] { return agents.abort_of(0).has_value(); }, 15);
+  EXPECT_FALSE(job.abort().has_value()) << job.abort()->message;
+  const bool aborted = eventually([&] { return job.abort().has_value(); }, 15);
   release = true;
   ASSERT_TRUE(aborted);
-  const AbortInfo info = *agents.abort_of(0);
+  const AbortInfo info = *job.abort();
   EXPECT_NE(info.message.find("no rank has made progress"), std::string::npos) << info.message;
   EXPECT_NE(info.message.find("waiting in recv from rank 1 tag 12"), std::string::npos) << info.message;
 }
 
 // A rank asleep outside any communicator call (I/O, a lock) is stalled too, and said to be blocked.
 TEST(ControlWatchdog, RankBlockedOutsideAnyWaitIsAbortedAsBlocked) {
-  LogSink log;
-  const Secret secret = generate_secret();
-  CoordinatorOptions co = fast_coordinator(1, secret, log);
-  co.watchdog_s = 1.0;
-  Coordinator coord(co);
+  LoneRankJob job;
   std::atomic<bool> release{false};
   TrainerThread t([&](TrainerActivity&) {
     while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   });
-  Agents agents(1, 1, secret, log, coord.endpoint(), [&](AgentOptions& o) {
-    o.watchdog_s = 1.0;
-    o.activity = t.activity;
-  });
-  agents[0].report(0, 0, 1, {});
-  const bool aborted = eventually([&] { return agents.abort_of(0).has_value(); }, 15);
+  job.connect(t.activity);
+  const bool aborted = eventually([&] { return job.abort().has_value(); }, 15);
   release = true;
   ASSERT_TRUE(aborted);
-  EXPECT_NE(agents.abort_of(0)->message.find("blocked outside any communicator call"), std::string::npos)
-      << agents.abort_of(0)->message;
+  EXPECT_NE(job.abort()->message.find("blocked outside any communicator call"), std::string::npos)
+      << job.abort()->message;
 }
 
 // A teacher that sent its last micro-batch waits in the final barrier while its student evaluates
