@@ -205,6 +205,22 @@ PlanInput paper_plan() {
   return plan_input_from_config(cfg);
 }
 
+// run.device = "cpu" makes the plan's student a CPU process: the loss takes the CPU chunk budget
+// (512 MiB, not the GPU's 4 GiB) and, with cpu_kernels other than "aten", the fused kernel. Before,
+// every plan used the GPU's, and a CPU paper-shape student (7.8 GiB measured) was given 11.5 GiB.
+TEST(MemoryModel, ACpuConfigPlansTheCpuLoss) {
+  const std::string file = std::string(test::kSourceDir) + "/configs/paper/qwen3-8b.toml";
+  const PlanInput gpu = plan_input_from_config(load_config(file, {"teacher.checkpoint=\"Qwen3-8B\""}));
+  const PlanInput cpu = plan_input_from_config(
+      load_config(file, {"teacher.checkpoint=\"Qwen3-8B\"", "run.device=\"cpu\"", "parallel.backend=\"mpi\""}));
+  const StudentMemoryInput g = student_memory_input(gpu), c = student_memory_input(cpu);
+  EXPECT_TRUE(g.gpu);
+  EXPECT_FALSE(g.loss_fused);
+  EXPECT_FALSE(c.gpu);
+  EXPECT_TRUE(c.loss_fused);  // student.cpu_kernels = "auto" in this config
+  EXPECT_LT(student_memory(c).loss, student_memory(g).loss);  // one 512 MiB chunk instead of 4 GiB
+}
+
 ClusterSpec two_nodes_of_80_gb() {
   ClusterSpec c = cluster_preset("h100");  // 80 GB = 80e9 bytes per device
   c.nodes = 2;
