@@ -135,6 +135,9 @@ StudentMemoryInput student_memory_input(const PlanInput& in) {
   s.row_chunk = in.distill.row_chunk;
   s.gpu = !in.cpu;
   s.loss_fused = in.cpu && in.cpu_loss_fused;
+  // cpu_kernels = "aten" on CPU: the op-sequence RMSNorm with its closed-form backward (what
+  // bench/memory_check measures); block_activation_bytes_per_token applies it to fp32 only.
+  s.closed_form_norms = in.cpu && !in.cpu_loss_fused;
   s.target_bytes_per_token =
       logit_bytes_per_token(in.distill, in.teacher.vocab, s.tokens, in.header_bytes, in.teacher.hidden);
   s.sharding = in.sharding;

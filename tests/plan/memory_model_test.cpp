@@ -219,6 +219,26 @@ TEST(MemoryModel, ACpuConfigPlansTheCpuLoss) {
   EXPECT_FALSE(c.gpu);
   EXPECT_TRUE(c.loss_fused);  // student.cpu_kernels = "auto" in this config
   EXPECT_LT(student_memory(c).loss, student_memory(g).loss);  // one 512 MiB chunk instead of 4 GiB
+  EXPECT_FALSE(g.closed_form_norms);
+  EXPECT_FALSE(c.closed_form_norms);
+}
+
+// cpu_kernels = "aten" on CPU: the op-sequence RMSNorms keep one fp32 scale per row, not their
+// input (the model memory_check measures against): an fp32 student's activations shrink by
+// 4·(2h + q + kv) - 4·(2 + heads + kv_heads) bytes per token and layer; bf16-mixed keeps its inputs.
+TEST(MemoryModel, AnAtenCpuConfigPlansTheClosedFormNorms) {
+  const std::string file = std::string(test::kSourceDir) + "/configs/paper/qwen3-8b.toml";
+  const std::vector<std::string> cpu = {"teacher.checkpoint=\"Qwen3-8B\"", "run.device=\"cpu\"", "parallel.backend=\"mpi\"",
+                                        "student.precision=\"fp32\"", "student.recompute=\"none\""};
+  std::vector<std::string> aten = cpu;
+  aten.push_back("student.cpu_kernels=\"aten\"");
+  const StudentMemoryInput f = student_memory_input(plan_input_from_config(load_config(file, cpu)));
+  const StudentMemoryInput a = student_memory_input(plan_input_from_config(load_config(file, aten)));
+  EXPECT_FALSE(f.closed_form_norms);
+  EXPECT_TRUE(a.closed_form_norms);
+  EXPECT_FALSE(a.loss_fused);
+  EXPECT_LT(block_activation_bytes_per_token(a.student, a.precision, a.recompute, a.closed_form_norms),
+            block_activation_bytes_per_token(f.student, f.precision, f.recompute, f.closed_form_norms));
 }
 
 ClusterSpec two_nodes_of_80_gb() {
