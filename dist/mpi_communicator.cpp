@@ -1,8 +1,6 @@
 // MPI backend of Communicator: non-blocking MPI completed by an abortable polling loop.
 #include "dist/mpi_communicator.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -12,6 +10,7 @@
 
 #include "dist/abort_state.h"
 #include "dist/mpi_session.h"
+#include "dist/wait_backoff.h"
 
 namespace deepen {
 namespace {
@@ -28,25 +27,6 @@ std::string mpi_error(int rc) {
 void check_mpi(int rc, const std::string& what) {
   if (rc != MPI_SUCCESS) throw CommError("MPI " + what + ": " + mpi_error(rc));
 }
-
-// Spin, then yield, then sleep, by time waited: keeps latency low when the peer is about to answer
-// (a streamed micro-batch), and leaves the core to others when it is not (8 oversubscribed ranks on
-// 2 cores in tests; a student waiting a whole teacher forward for its logits).
-class Backoff {
- public:
-  void pause() {
-    const auto waited = std::chrono::steady_clock::now() - start_;
-    if (waited < std::chrono::microseconds(50)) return;
-    if (waited < std::chrono::milliseconds(2)) {
-      sched_yield();
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-
- private:
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-};
 
 void check_cpu_tensor(const at::Tensor& t, const char* op) {
   if (!t.defined()) throw std::invalid_argument(std::string("MpiCommunicator::") + op + ": undefined tensor");
@@ -201,7 +181,7 @@ void MpiCommunicator::wait(Op& op) {
   if (test(op)) return;
   // A wait on other ranks: the watchdog counts this rank as waiting, not computing, meanwhile.
   const control::TrainerActivity::Wait marked(state_->activity(), op.what);
-  Backoff backoff;
+  WaitBackoff backoff;
   while (!test(op)) backoff.pause();
 }
 

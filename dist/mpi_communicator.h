@@ -18,8 +18,9 @@ class AbortState;
 // Every call that waits is non-blocking MPI (MPI_Isend, MPI_Iallreduce, MPI_Ibarrier, ...) completed
 // by a polling loop that also watches the abort flag: MPI itself cannot interrupt a blocked
 // MPI_Recv, and the watchdog must be able to. The loop spins for the first 50 µs, yields until 2 ms,
-// then sleeps 50 µs between polls, so that oversubscribed ranks (tests on 2 cores) do not starve
-// each other. Abort is noticed within about 50 µs plus one MPI_Testall.
+// then sleeps between polls for 1/64 of the time waited (50 µs to 1 ms, dist/wait_backoff.h), so
+// that oversubscribed ranks (tests on 2 cores) do not starve each other. Abort is noticed within
+// about 1 ms plus one MPI_Testall.
 // bf16/fp16 sums are computed in fp32 (MPI has no bf16 type) and rounded back once.
 class MpiCommunicator final : public Communicator {
  public:

@@ -201,7 +201,7 @@ int run_planned_distributed_job(const JobPlan& plan, const JobOptions& options, 
 
 int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
   MpiSession mpi;
-  set_compute_threads(cfg.run.threads);
+  set_compute_threads_checked(cfg.run.threads, "rank " + std::to_string(mpi.rank()));
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(cfg.data.tokenizer);
   // Every decision first, the same on every rank: a bad config fails all ranks alike, before any
   // communicator exists or anything is written.
@@ -211,7 +211,7 @@ int run_distributed_train_job(const Config& cfg, const JobOptions& options) {
 
 int run_shared_teacher_job(const std::vector<Config>& runs, const std::string& job_dir, const JobOptions& options) {
   MpiSession mpi;
-  set_compute_threads(runs.at(0).run.threads);
+  set_compute_threads_checked(runs.at(0).run.threads, "rank " + std::to_string(mpi.rank()));
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(runs.at(0).data.tokenizer);
   const JobPlan plan =
       plan_shared_teacher_job(runs, job_dir, mpi.size(), *tokenizer, visible_cuda_devices(), nccl_available());

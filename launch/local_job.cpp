@@ -13,6 +13,7 @@
 #include "model/cpu_kernel_choice.h"
 #include "model/teacher_stage.h"
 #include "run_folder/run_folder.h"
+#include "train/compute_threads.h"
 #include "train/shard_batch_source.h"
 #include "train/student_group.h"
 #include "train/student_trainer.h"
@@ -27,6 +28,7 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
   const JobPlan plan = plan_single_process_job(cfg, distill, *tokenizer, visible_cuda_devices());
   // Then the run folder and the data: where it resumes, whether it may, and the shards' tokens.
   StartupChecks checks = check_before_start(plan.run(), *tokenizer, options.resume, options.print_progress);
+  set_compute_threads_checked(cfg.run.threads, "this process");
   record_startup(plan.run(), checks);
   const at::Device device = compute_device(plan, 0);
   if (options.print_progress) std::cerr << "deepen: computing on " << device.str() << "\n";

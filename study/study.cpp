@@ -291,7 +291,9 @@ int64_t job_tasks(const StudyPlan& plan, const StudyJob& job) {
 ProcessSpec job_process(const StudyPlan& plan, const StudyJob& job, const LaunchContext& ctx) {
   ProcessSpec p;
   if (use_mpirun(plan.spec.launcher, job.world_size, !ctx.mpirun.empty())) {
-    p.argv = {ctx.mpirun, "--oversubscribe", "-np", std::to_string(job.world_size)};
+    // --bind-to none: a local study's jobs share one machine and its scheduler places their threads;
+    // mpirun's default would pin each rank of a 2-rank job to one core, whatever run.threads says.
+    p.argv = {ctx.mpirun, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(job.world_size)};
     if (ctx.is_root) {
       p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT", "1");
       p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
@@ -476,7 +478,8 @@ int run_study(const StudyPlan& plan, const LaunchContext& ctx) {
       if (ctx.mpirun.empty())
         throw InputError(plan.spec.source + ": study.share_teacher: group " + g.name + " needs mpirun (" +
                          std::to_string(world) + " ranks), and there is none in PATH");
-      p.argv = {ctx.mpirun, "--oversubscribe", "-np", std::to_string(world), ctx.deepen_exe, "group", g.source};
+      p.argv = {ctx.mpirun, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(world), ctx.deepen_exe, "group",
+                g.source};
       if (ctx.quiet) p.argv.push_back("--quiet");
       if (ctx.is_root) {
         p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT", "1");

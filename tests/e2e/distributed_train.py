@@ -53,6 +53,7 @@ Cases:
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -542,6 +543,30 @@ class Cases:
         assert "desync at step 4" in err and "student rank 3" in err and "teacher rank 1" in err, err[-3000:]
         print("desync detected:", [l for l in err.splitlines() if "desync" in l][0])
 
+    def thread_binding(self):
+        # mpirun binds each of 2 ranks to one core: with run.threads = 2 each rank's threads would
+        # take turns on it, silently. Every such rank says so, with the fix; unbound ranks do not.
+        if (os.cpu_count() or 1) < 2:
+            print("one core: mpirun cannot bind 2 ranks to a core each; nothing to check")
+            return
+        sets = ["parallel.teacher_stages=1", "parallel.students=1", "run.threads=2"]
+        for bind, warned in (("core", True), ("none", False)):
+            out = os.path.join(self.work, f"dist-bind-{bind}")
+            cmd = ["mpirun", "-np", "2", "--bind-to", bind, self.deepen, "train", self.base, "--fresh", "--quiet",
+                   "--set", f'run.out_dir="{out}"', "--stop-after", "1"] + sum([["--set", s] for s in sets], [])
+            p = run(cmd, env=MPI_ENV, check=False)
+            assert p.returncode == 3, f"--bind-to {bind}: a run stopped after a step exits 3, got {p.returncode}: {p.stderr[-2000:]}"
+            lines = [l for l in p.stderr.splitlines() if "run.threads = 2, but its CPU affinity allows 1 core" in l]
+            if warned:
+                ranks = re.findall(r"deepen: warning: (rank \d+): run.threads = 2, but its CPU affinity allows 1 core", p.stderr)
+                assert sorted(ranks) == ["rank 0", "rank 1"], p.stderr[-3000:]
+                assert len(lines) == 2, lines  # a line each
+                assert all("--bind-to none" in l for l in lines), lines
+                print("--bind-to core:", lines[0])
+            else:
+                assert not lines, lines
+                print("--bind-to none: no warning")
+
     def gpu_asked(self):
         import torch  # the reference for what this process sees (the torch wheel deepen links)
         gpus = torch.cuda.device_count()
@@ -577,7 +602,7 @@ def main():
              "gpu-asked": c.gpu_asked, "sharded-2": lambda: c.sharded(2), "sharded-3": lambda: c.sharded(3),
              "sharded-4": lambda: c.sharded(4), "sharded-full-2": lambda: c.sharded(2, "full"),
              "sharded-full-3": lambda: c.sharded(3, "full"), "sharded-full-4": lambda: c.sharded(4, "full"), "overlap": c.overlap,
-             "shard-write-fails": c.shard_write_fails}
+             "shard-write-fails": c.shard_write_fails, "thread-binding": c.thread_binding}
     cases[a.case]()
 
 
