@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The paper's micro-batch on CPU, end to end: a random teacher at V = 151,936 distilled into a small
-student through one growth event, over the full channel and the hidden channel, in one process and
-as 1 teacher + 1 student ranks under mpirun; the runs must agree, and each process's peak RSS must be
-within 20% of what `deepen plan` says for the same config.
+student through one growth event, in one process, and as 1 teacher + 1 student ranks under mpirun
+over the full channel and over the hidden channel; both must agree with the one process, and each
+process's peak RSS must be within 20% of what `deepen plan` says for the same config.
 
   bench/paper_shape_rehearsal.py                   # DEEPEN=build/deepen, work in /tmp/deepen-paper-shape
   bench/paper_shape_rehearsal.py --deepen build/deepen --work DIR --threads 2 --only full
@@ -17,9 +17,15 @@ one-step stages, an eval of one batch at each stage end. parallel.max_in_flight 
 
 Agreement: one student (S = 1) computes the same arithmetic in the same order in both layouts, and
 the teacher's logits are made by the same chunked head (TeacherStage::head_into) whether they go to
-a channel or stay in the process, so the losses, evals and diagnostics must be equal bit for bit
-(tolerance 0, as tests/e2e/distributed_train.py holds its S = 1 layouts). Every run uses the same
-run.threads, so a BLAS that splits sums by thread count cannot tell the layouts apart either.
+a channel or stay in the process, or are made by the student from the teacher's hidden states with
+the teacher's head, one loss chunk at a time; with the loss's rows per chunk the same in every run
+(ROW_CHUNK), the losses, evals and diagnostics must be equal bit for bit (tolerance 0, as
+tests/e2e/distributed_train.py holds its S = 1 layouts). Every run uses the same run.threads, so a
+BLAS that splits sums by thread count cannot tell the layouts apart either.
+
+Time (the goal is 15 minutes on 2 cores): three runs of the same arithmetic, each ~4.5 minutes of
+its two steps, two evals and two sets of diagnostics at V = 151,936 (~30 TFLOP). The 1 + 1 runs are
+started with `mpirun --bind-to none`: bound, each rank gets one core and its two threads take turns.
 
 Watchdog: control.watchdog_s = 20, far below a step here (over a minute): a rank whose trainer
 thread computes is alive (dist/control/activity.h), so a lone process computing its first step, a
@@ -50,6 +56,12 @@ GIB = 1024.0 ** 3
 # 0.41 GiB in two runs here): below ~1 GiB a figure is only known to this, whatever 20% of it is.
 ROUNDING_GIB = 0.15
 VOCAB = 151936
+# The loss's rows per chunk, the same in every run: the hidden channel's own choice at these shapes
+# (fp32 logits, a teacher chunk made from hidden states, its bf16 GEMM's output: 10 bytes an
+# element, 512 MiB / (151,936 x 10 B) = 353 rows, evened out to 349 over 47 chunks). With full bf16
+# logits the budget would give 441; the chunking orders the head gradient's sum, so one row chunk
+# for all runs makes the one-process run the bit-for-bit reference for both channels.
+ROW_CHUNK = 349
 
 
 def sh(cmd, log, env=None, timeout=3600):
@@ -156,7 +168,7 @@ def main():
     ap.add_argument("--deepen", default=os.environ.get("DEEPEN", "build/deepen"))
     ap.add_argument("--work", default="/tmp/deepen-paper-shape")
     ap.add_argument("--threads", type=int, default=2, help="run.threads of every run (equal, see above)")
-    ap.add_argument("--only", choices=["full", "hidden"], help="one channel's pair of runs")
+    ap.add_argument("--only", choices=["full", "hidden"], help="the one process and one channel's 1 + 1 run")
     a = ap.parse_args()
     deepen = os.path.abspath(a.deepen)
     work = os.path.abspath(a.work)
@@ -203,6 +215,7 @@ mode = "grow"
 stage_steps = [1, 1]
 [distill]
 channel_dtype = "bf16"
+row_chunk = {ROW_CHUNK}
 [optim]
 lr = 1e-4
 warmup_steps = 1
@@ -241,43 +254,52 @@ watchdog_s = 20
     print(f"  baseline process (a few KB of model): peak RSS {baseline / GIB:.2f} GiB")
 
     failures = []
-    for channel in ([a.only] if a.only else ["full", "hidden"]):
-        sets = [f'distill.logits="{channel}"']
-        student_gib, teacher = plan_figures(deepen, base, sets, os.path.join(logs, f"plan-{channel}.log"))
-        print(f"## distill.logits = \"{channel}\": plan: student {student_gib:.1f} GiB; teacher stage {teacher['total']:.1f} GiB "
+    plans = {}
+    for channel in ("full", "hidden"):
+        plans[channel] = plan_figures(deepen, base, [f'distill.logits="{channel}"'], os.path.join(logs, f"plan-{channel}.log"))
+        student_gib, teacher = plans[channel]
+        print(f"## plan, distill.logits = \"{channel}\": student {student_gib:.1f} GiB; teacher stage {teacher['total']:.1f} GiB "
               f"(weights {teacher['weights']:.1f} + forward {teacher['forward']:.1f} + 1 outgoing micro-batch "
               f"{teacher['buffers']:.1f})")
-        runs = {}
-        for layout, ranks in (("single", 1), ("1+1", 2)):
-            out = os.path.join(work, f"{channel}-{layout.replace('+', 'x')}")
-            cmd = [deepen, "train", base, "--fresh", "--quiet", "--set", f'run.out_dir="{out}"']
-            for s in sets:
-                cmd += ["--set", s]
-            if ranks > 1:
-                cmd = ["mpirun", "-np", str(ranks)] + cmd
-            peaks, wall = sh(cmd, os.path.join(logs, f"{channel}-{layout}.log"), env=MPI_ENV if ranks > 1 else None)
-            runs[layout] = out
-            by_rank = sorted(peaks.values(), key=lambda v: v[1])
-            if ranks == 1:
-                predicted = {"one process": student_gib + teacher["total"] - teacher["buffers"]}
-                measured = {"one process": by_rank[0][0]}
-            else:
-                predicted = {"teacher rank": teacher["total"], "student rank": student_gib}
-                measured = {"teacher rank": next(v[0] for v in by_rank if v[1] == "0"),
-                            "student rank": next(v[0] for v in by_rank if v[1] == "1")}
-            for who, gib_pred in predicted.items():
-                got = (measured[who] - baseline) / GIB
-                ratio = got / gib_pred
-                ok = abs(got - gib_pred) <= max(0.2 * gib_pred, ROUNDING_GIB)
-                print(f"  {channel} {layout:6s} {who:13s}: {wall:6.0f} s; peak RSS {measured[who] / GIB:5.2f} GiB, minus "
-                      f"baseline {got:5.2f} GiB vs plan {gib_pred:5.2f} GiB: {ratio:.2f}x {'ok' if ok else 'OUTSIDE'}")
-                if not ok:
-                    failures.append(f"{channel} {layout} {who}: measured {got:.2f} GiB vs plan {gib_pred:.2f} GiB")
-        compare(runs["single"], runs["1+1"], f"{channel}: one process vs 1 teacher + 1 student")
-        msg = os.path.join(runs["1+1"], "metrics.jsonl")
-        last = records(runs["1+1"], "metrics.jsonl")[-1]
+
+    def train(channel, ranks):
+        """One run; returns its folder after checking each process's peak RSS against the plan."""
+        layout = "single" if ranks == 1 else "1+1"
+        out = os.path.join(work, f"{channel}-{layout.replace('+', 'x')}")
+        cmd = [deepen, "train", base, "--fresh", "--quiet", "--set", f'run.out_dir="{out}"',
+               "--set", f'distill.logits="{channel}"']
+        if ranks > 1:
+            # Unbound: mpirun would pin each of the 2 ranks to one core (its default for 2 or fewer),
+            # and each rank's run.threads would take turns on it (deepen warns; a 1.7x slower student).
+            cmd = ["mpirun", "-np", str(ranks), "--bind-to", "none"] + cmd
+        peaks, wall = sh(cmd, os.path.join(logs, f"{channel}-{layout}.log"), env=MPI_ENV if ranks > 1 else None)
+        by_rank = sorted(peaks.values(), key=lambda v: v[1])
+        student_gib, teacher = plans[channel]
+        if ranks == 1:
+            predicted = {"one process": student_gib + teacher["total"] - teacher["buffers"]}
+            measured = {"one process": by_rank[0][0]}
+        else:
+            predicted = {"teacher rank": teacher["total"], "student rank": student_gib}
+            measured = {"teacher rank": next(v[0] for v in by_rank if v[1] == "0"),
+                        "student rank": next(v[0] for v in by_rank if v[1] == "1")}
+        for who, gib_pred in predicted.items():
+            got = (measured[who] - baseline) / GIB
+            ratio = got / gib_pred
+            ok = abs(got - gib_pred) <= max(0.2 * gib_pred, ROUNDING_GIB)
+            print(f"  {channel} {layout:6s} {who:13s}: {wall:6.0f} s; peak RSS {measured[who] / GIB:5.2f} GiB, minus "
+                  f"baseline {got:5.2f} GiB vs plan {gib_pred:5.2f} GiB: {ratio:.2f}x {'ok' if ok else 'OUTSIDE'}")
+            if not ok:
+                failures.append(f"{channel} {layout} {who}: measured {got:.2f} GiB vs plan {gib_pred:.2f} GiB")
+        return out
+
+    # One process (the teacher's head makes full logits in it), then each channel's 1 + 1 ranks.
+    single = train("full", 1)
+    for channel in ([a.only] if a.only else ["full", "hidden"]):
+        pair = train(channel, 2)
+        compare(single, pair, f"one process vs 1 teacher + 1 student over the {channel} channel")
+        last = records(pair, "metrics.jsonl")[-1]
         if "channel_bytes" in last:
-            print(f"  {channel} 1+1: channel bytes at the last step {last['channel_bytes']:,} ({msg})")
+            print(f"  {channel} 1+1: channel bytes at the last step {last['channel_bytes']:,}")
     print(f"rehearsal: {'ok' if not failures else 'FAILED'} in {time.time() - t0:.0f} s")
     for f in failures:
         print("  " + f)
