@@ -16,9 +16,12 @@
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 
+#include "bench/median.h"
 #include "bench/two_rank_communicator.h"
 #include "dist/communicator.h"
 #include "dist/mpi_session.h"
+
+using deepen::median;
 
 namespace {
 
@@ -41,11 +44,6 @@ double timed(int rank, int iters, Send&& send, Recv&& recv, Finish&& finish) {
     MPI_Send(&ack, 1, MPI_CHAR, 0, 99, MPI_COMM_WORLD);
   }
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

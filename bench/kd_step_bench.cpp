@@ -24,7 +24,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -40,6 +39,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/profiler_legacy.h>
 
+#include "bench/median.h"
 #include "bench/python_child.h"
 #include "model/student.h"
 #include "model/student_io.h"
@@ -48,6 +48,8 @@
 #include "train/adamw.h"
 #include "train/compute_threads.h"
 #include "train/distill_loss.h"
+
+using deepen::median;
 
 namespace {
 
@@ -66,11 +68,6 @@ at::Tensor bench_ids(int64_t batch, int64_t seq, int64_t vocab) {
   const at::Tensor b = at::arange(batch, at::kLong).unsqueeze(1);
   const at::Tensor t = at::arange(seq, at::kLong).unsqueeze(0);
   return (b * 131 + t * 17 + (b * t).remainder(7)).remainder(vocab);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }

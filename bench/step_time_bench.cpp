@@ -4,7 +4,6 @@
 // Prints the cost of one timed span (ns), then a step of `ops` matrix products of size × size timed
 // part by part (one span per product, as the trainer times its parts) against the same step with
 // no spans, alternating A and B so that drift in the machine hits both; the ratio is the overhead.
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -12,18 +11,16 @@
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 
+#include "bench/median.h"
 #include "run_folder/step_time.h"
+
+using deepen::median;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 

@@ -37,11 +37,14 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/median.h"
 #include "bench/python_child.h"
 #include "model/student.h"
 #include "model/student_io.h"
 #include "tests/test_paths.h"
 #include "train/compute_threads.h"
+
+using deepen::median;
 
 namespace {
 
@@ -60,11 +63,6 @@ at::Tensor bench_ids(int64_t batch, int64_t seq, int64_t vocab) {
   const at::Tensor b = at::arange(batch, at::kLong).unsqueeze(1);
   const at::Tensor t = at::arange(seq, at::kLong).unsqueeze(0);
   return (b * 131 + t * 17 + (b * t).remainder(7)).remainder(vocab);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

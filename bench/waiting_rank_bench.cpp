@@ -11,7 +11,6 @@
 #include <mpi.h>
 #include <time.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -22,8 +21,11 @@
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
 
+#include "bench/median.h"
 #include "dist/mpi_session.h"
 #include "dist/wait_backoff.h"
+
+using deepen::median;
 
 namespace {
 
@@ -75,11 +77,6 @@ double compute(const at::Tensor& a, const at::Tensor& b, int gemms) {
   char done = 1;
   MPI_Send(&done, 1, MPI_CHAR, 1, 7, MPI_COMM_WORLD);
   return s;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace
