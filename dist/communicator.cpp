@@ -1,11 +1,9 @@
 // Communicator factory (backend choice), host-side waits, and the layout's groups split from the world.
 #include "dist/communicator.h"
 
-#include <chrono>
-#include <thread>
-
 #include "dist/mpi_session.h"
 #include "dist/rank_layout.h"
+#include "dist/wait_backoff.h"
 #ifdef DEEPEN_WITH_NCCL
 #include <c10/cuda/CUDAFunctions.h>
 
@@ -16,8 +14,10 @@ namespace deepen {
 
 void wait_on_host(Request& request) {
   request.wait();
-  // test() throws CommError on abort, so a dead peer cannot keep this loop spinning.
-  while (!request.test()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  // test() throws CommError on abort, so a dead peer cannot keep this loop spinning. Paced as the MPI
+  // waits are: a teacher waiting a whole student step for room in its channel leaves the cores.
+  WaitBackoff backoff;
+  while (!request.test()) backoff.pause();
 }
 
 bool nccl_available() {

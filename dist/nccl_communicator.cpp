@@ -26,6 +26,7 @@
 #include "dist/rank_layout.h"
 #include "dist/run_device.h"
 #include "dist/setup_deadline.h"
+#include "dist/wait_backoff.h"
 
 // Non-blocking set-up (ncclConfig_t.blocking, ncclCommGetAsyncError polling) needs NCCL 2.14+.
 static_assert(NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0), "deepen needs nccl.h from NCCL 2.14 or newer");
@@ -317,9 +318,10 @@ class NcclCommunicator final : public Communicator {
   // connects peers (lazily, at first use). Waits for it, watching the abort flag so the watchdog can
   // still end a hang, so that callers see each NCCL call complete as in blocking mode.
   void complete(ncclResult_t rc, const char* what) {
+    WaitBackoff backoff;
     while (rc == ncclInProgress) {
       if (state_->aborted()) throw CommError("rank " + std::to_string(mpi_->rank()) + ": " + what + ": communicator aborted");
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      backoff.pause();
       ncclResult_t async = ncclSuccess;
       const ncclResult_t q = ncclCommGetAsyncError(comm_, &async);
       rc = q != ncclSuccess ? q : async;
