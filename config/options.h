@@ -90,7 +90,7 @@ template <> struct OptionSpelling<Sharding> { static constexpr std::array names{
 enum class GuardAction { kStop, kSkip, kRollback };
 template <> struct OptionSpelling<GuardAction> { static constexpr std::array names{"stop", "skip", "rollback"}; };
 
-// A study run's command and launcher (study/study.h).
+// A study run's command and launcher (study/study_plan.h).
 enum class StudyCommand { kTrain, kPretrain };
 template <> struct OptionSpelling<StudyCommand> { static constexpr std::array names{"train", "pretrain"}; };
 enum class Launcher { kAuto, kMpirun, kDirect };

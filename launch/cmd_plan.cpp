@@ -13,7 +13,7 @@
 #include "plan/cost_model.h"
 #include "plan/memory_model.h"
 #include "plan/study_cost.h"
-#include "study/study.h"
+#include "study/study_plan.h"
 #include "run_folder/run_folder.h"
 
 namespace deepen {

@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "launch/command_line.h"
-#include "report/report.h"
+#include "report/report_files.h"
 
 namespace deepen {
 

@@ -10,7 +10,8 @@
 
 #include "config/input_error.h"
 #include "launch/command_line.h"
-#include "study/study.h"
+#include "study/local_runner.h"
+#include "study/slurm_study.h"
 
 namespace deepen {
 namespace {

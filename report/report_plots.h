@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "report/report.h"
+#include "report/report_files.h"
 
 namespace deepen {
 

@@ -13,10 +13,10 @@
 
 #include "config/input_error.h"
 #include "config/toml_text.h"
-#include "report/report.h"
+#include "report/report_files.h"
 #include "run_folder/progress.h"
 #include "run_folder/run_folder.h"
-#include "study/study.h"
+#include "study/local_runner.h"
 #include "child_process/child_process.h"
 
 namespace deepen {

@@ -13,7 +13,7 @@
 #include "curriculum/growth_schedule.h"
 #include "report/paper_figures.h"
 #include "report/paper_tables.h"
-#include "report/report.h"
+#include "report/report_files.h"
 #include "report/report_plots.h"
 #include "report/scaling.h"
 #include "run_folder/active_layer_tokens.h"

@@ -11,7 +11,7 @@
 
 #include "config/config.h"
 #include "report/report.h"
-#include "study/study.h"
+#include "study/local_runner.h"
 #include "tests/test_paths.h"
 
 namespace deepen {

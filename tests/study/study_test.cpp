@@ -9,7 +9,8 @@
 #include "config/input_error.h"
 #include "curriculum/growth_schedule.h"
 #include "run_folder/active_layer_tokens.h"
-#include "study/study.h"
+#include "study/local_runner.h"
+#include "study/slurm_study.h"
 #include "tests/test_paths.h"
 #include "tests/test_support.h"
 

@@ -1,15 +1,14 @@
-// Studies: a base config + named runs (override lists) × seeds, expanded into run folders, ordered by
-// dependency, run in sequence as child processes, or written out as a Slurm array.
+// The study file (a base config + named runs × seeds) and its expansion into ordered jobs and
+// teacher groups: pure decisions, shared by the local runner and the Slurm writer.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
-#include "run_folder/progress.h"
-#include "child_process/child_process.h"
 #include "study/group_file.h"
 
 namespace deepen {
@@ -131,73 +130,16 @@ GroupSpec group_spec(const StudyPlan& plan, size_t index, const std::vector<size
 // "mpirun" without an mpirun is an InputError.
 bool use_mpirun(Launcher launcher, int64_t world_size, bool mpirun_available);
 
-// The child process of a job: `<deepen> <command> <base> --set ... --quiet?`, wrapped in
-// `mpirun --oversubscribe -np <world>` when use_mpirun says so; as root, the OMPI_ALLOW_RUN_AS_ROOT
-// pair is added to the environment (Open MPI refuses root otherwise).
-struct LaunchContext {
-  std::string deepen_exe;   // this binary
-  std::string mpirun;       // its path, or "" when there is none
-  bool is_root = false;
-  bool quiet = false;       // pass --quiet to the runs (no per-step lines)
-  // Each run's output goes to <out_dir>/train.log and one progress line per run is kept up to date
-  // from its records instead (the demo's view); a failed run's log tail is printed.
-  bool log_runs = false;
-};
-
-// The last `n` lines of a text file ("" if missing).
-std::string tail_lines(const std::string& path, size_t n);
-ProcessSpec job_process(const StudyPlan& plan, const StudyJob& job, const LaunchContext& ctx);
-
-// The plan as the user sees it before anything runs: one line per job with its layout, curriculum,
-// dependency and state on disk, then the order.
-std::string describe_plan(const StudyPlan& plan, const LaunchContext& ctx);
-
-// Runs every job in order, skipping finished ones. A job whose dependency failed is skipped. Returns
-// the exit code for the study: 0 all finished, 3 a run stopped for requeue (the study stops there;
-// rerunning the study resumes it), 2 some run had bad input, 1 some run failed.
-int run_study(const StudyPlan& plan, const LaunchContext& ctx);
-
-// ---- Slurm ---------------------------------------------------------------------------------------
-// A study on Slurm reuses slurm/study_array.sbatch (rank map, control-plane secret, SIGUSR1 ->
-// checkpoint -> exit 3 -> requeue): `deepen study --slurm DIR` writes
-//   DIR/study.list  one line per job, "CONFIG --set k=v ... --quiet" (array index = line number,
-//                   counting from 0), read by study_array.sbatch
-//   DIR/submit.sh   submits the jobs that have not finished: independent jobs as one array per task
-//                   count, each dependent job (a matched run) as its own array element with
-//                   --dependency=afterok:<job>_<index> on exactly the element it needs (or none when
-//                   that run finished already). With share_teacher a job is a teacher group: one
-//                   allocation of T·P + R·S tasks for its R runs (DIR/groups/), finished when all are
-//   DIR/logs/       the tasks' output
-struct SlurmOptions {
-  std::string deepen_exe;       // absolute path of deepen on the cluster (default: this binary)
-  std::string deepen_home;      // the checkout holding slurm/study_array.sbatch
-  std::string workdir;          // where runs start (relative paths in configs resolve here)
-  int64_t gpus_per_node = 8;
-  int64_t cpus_per_task = 8;
-  std::string partition;        // "" = the cluster's default
-  std::string account;          // "" = none
-  std::string time = "24:00:00";
-};
-
-struct SlurmScripts {
-  std::string study_list;
-  std::string submit_sh;
-  // With share_teacher: groups/g<k>.toml under DIR for each teacher group of several runs, whose line
-  // in study.list is "group <DIR>/groups/g<k>.toml --quiet" (slurm/lib.sh: deepen_run_job group ...)
-  // and whose array element asks for T·P + R·S tasks.
-  std::vector<std::pair<std::string, std::string>> group_files;  // (path under DIR, text)
-};
-// InputError when an override holds whitespace inside a quoted value (the list is split on
-// whitespace); whitespace elsewhere ("curriculum.stages=[1, 2]") is removed.
-SlurmScripts slurm_scripts(const StudyPlan& plan, const SlurmOptions& options, const std::string& dir);
-// Writes them into `dir` (created, with logs/), submit.sh executable.
-void write_slurm_study(const StudyPlan& plan, const SlurmOptions& options, const std::string& dir);
-
-// The checkout that holds slurm/study_array.sbatch: `<exe>/../..` when the binary is in a build
-// folder of the checkout, else the working directory if it holds slurm/, else "".
-std::string find_deepen_home(const std::string& deepen_exe);
-
 // Ranks (Slurm tasks) of a job: world size under mpirun/srun, 1 when it runs as one process.
 int64_t job_tasks(const StudyPlan& plan, const StudyJob& job);
+
+// The units a study runs: its teacher groups, or every job alone when it shares no teacher.
+std::vector<StudyGroup> study_units(const StudyPlan& plan);
+
+// The run folder a job's budget reads ("active_layer_tokens:<folder>"), if it has one.
+std::optional<std::string> budget_folder(const Config& cfg);
+
+// A path made absolute and normal, for comparing run folders.
+std::string normalized_path(const std::string& path);
 
 }  // namespace deepen
