@@ -71,6 +71,7 @@ void register_group_command(CLI::App& app) {
     job.resume = !o->fresh;
     if (o->stop_after > 0) job.stop_after_steps = o->stop_after;
     job.print_progress = !o->quiet;
+    job.group_file = o->file;
     const int rc = run_shared_teacher_job(runs, group.out_dir, job);
     if (rc != kExitOk) throw ExitRequest(rc);
   });

@@ -71,7 +71,9 @@ double run_tokens(const PlanInput& in, const PlanInput* budget_from) {
 }
 
 // `deepen plan --study FILE`: every run's layout rated as the config gives it, then the study's
-// device-hours and job hours with a teacher per run and with the runs grouped to share one.
+// device-hours and job hours with a teacher per run and with the runs grouped to share one: the
+// groups as the study forms them, the caps of study.max_group_runs in the study's order, and runs of
+// equal length (study.group_by = "length") each group with the teacher pipelines that cost it least.
 void print_study_cost(const std::string& file, const std::vector<std::string>& sets, const ClusterSpec& c) {
   StudySpec spec = load_study(file);
   spec.share_teacher = true;
@@ -98,25 +100,42 @@ void print_study_cost(const std::string& file, const std::vector<std::string>& s
     const PlanInput* budget_from =
         j.config.curriculum.budget.empty() || j.depends_on.empty() ? nullptr : &inputs.at(j.depends_on.front());
     RunRates r{j.id(), p.teacher_pipelines * p.teacher_stages, p.students, run_tokens(inputs[k], budget_from),
-               e.teacher_tokens_per_s, e.channel_tokens_per_s, weight / time, e.mean_tokens_per_s};
+               e.teacher_tokens_per_s, e.channel_tokens_per_s, weight / time, e.mean_tokens_per_s, p.teacher_pipelines};
     if (!(r.tokens > 0)) throw InputError(j.id() + ": its curriculum gives no token count (stage_tokens or stage_steps)");
     std::printf("  %-28s %9lld %12.4g %12.4g %12.4g %12.4g %10.1f\n", r.id.c_str(),
                 static_cast<long long>(r.teacher_devices + r.student_devices), r.tokens, r.teacher_tokens_per_s,
                 r.student_tokens_per_s, r.alone_tokens_per_s, r.tokens / r.alone_tokens_per_s / 3600.0);
     rates.push_back(r);
   }
-  std::printf("teacher groups (study.max_group_runs = %lld):\n", static_cast<long long>(spec.max_group_runs));
-  for (size_t g = 0; g < plan.groups.size(); ++g) {
-    std::printf("  g%zu:", g);
-    for (size_t k : plan.groups[g].members) std::printf(" %s", plan.jobs[k].id().c_str());
-    std::printf("\n");
-  }
   auto members = [](const std::vector<StudyGroup>& groups) {
     std::vector<std::vector<size_t>> out;
     for (const StudyGroup& g : groups) out.push_back(g.members);
     return out;
   };
+  // A group's line: its runs, pipelines, devices, pace and bound, hours, and its teacher's last stage
+  // with one outgoing queue per run (the group's memory bound, dist/logit_channel.h).
+  auto describe = [&](const std::vector<StudyGroup>& groups, const std::vector<int64_t>& pipelines) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const std::vector<size_t>& m = groups[g].members;
+      const int64_t T = pipelines.empty() ? plan.jobs[m.front()].config.parallel.teacher_pipelines : pipelines[g];
+      const GroupPrice price = price_group(rates, m, T);
+      PlanInput in = inputs[m.front()];
+      in.shared_runs = static_cast<int64_t>(m.size());
+      const TeacherStageMemory t = planned_teacher_stage(in, plan.jobs[m.front()].config.parallel.teacher_stages);
+      std::printf("  g%zu: %zu run%s, T=%lld, %lld devices, %.4g tokens/s (%s-bound), %.1f h, %.0f device-hours; "
+                  "teacher stage %.1f GiB with %zu run%s' queues%s\n     ",
+                  g, m.size(), m.size() == 1 ? "" : "s", static_cast<long long>(T), static_cast<long long>(price.devices),
+                  price.tokens_per_s, price.bound.c_str(), price.hours, price.device_hours,
+                  t.total() / (1024.0 * 1024.0 * 1024.0), m.size(), m.size() == 1 ? "" : "s",
+                  t.total() > 0.9 * c.memory ? " (does NOT fit)" : "");
+      for (size_t k : m) std::printf(" %s", plan.jobs[k].id().c_str());
+      std::printf("\n");
+    }
+  };
   const StudyCost cost = study_cost(rates, members(plan.groups));
+  std::printf("the study's teacher groups (study.group_by = \"%s\", max_group_runs = %lld):\n",
+              option_name(spec.group_by), static_cast<long long>(spec.max_group_runs));
+  describe(plan.groups, {});
   std::printf("a teacher per run:  %10.0f device-hours, %8.1f job hours (jobs one after another)\n",
               cost.alone_device_hours, cost.alone_job_hours);
   std::printf("these groups:       %10.0f device-hours, %8.1f job hours (%.2f x the device-hours)\n",
@@ -124,16 +143,34 @@ void print_study_cost(const std::string& file, const std::vector<std::string>& s
   // A group moves at its slowest run and its channel carries every run's copy: a cap may be cheaper.
   size_t largest = 0;
   for (const StudyGroup& g : plan_teacher_groups(plan.jobs)) largest = std::max(largest, g.members.size());
-  std::printf("by study.max_group_runs (groups in the study's order):\n");
-  size_t best = 1;
-  double best_hours = INFINITY;
+  std::printf("by study.max_group_runs (group_by = \"order\": groups in the study's order):\n");
+  size_t best_cap = 1;
+  double best_order = INFINITY;
   for (size_t cap = 1; cap <= largest; ++cap) {
     const StudyCost c2 = study_cost(rates, members(plan_teacher_groups(plan.jobs, cap)));
-    if (c2.shared_device_hours < best_hours) best_hours = c2.shared_device_hours, best = cap;
+    if (c2.shared_device_hours < best_order) best_order = c2.shared_device_hours, best_cap = cap;
     std::printf("  %3zu: %10.0f device-hours (%.2f x), %8.1f job hours\n", cap, c2.shared_device_hours,
                 c2.shared_device_hours / cost.alone_device_hours, c2.shared_job_hours);
   }
-  std::printf("fewest device-hours: max_group_runs = %zu\n", best);
+  // Runs of equal length share: no group holds devices for a longer run than its own. Each group then
+  // takes the teacher pipelines that cost it least (enough that the teacher does not bound it).
+  const std::vector<StudyGroup> by_length = plan_teacher_groups(plan.jobs, static_cast<size_t>(spec.max_group_runs),
+                                                                GroupBy::kLength);
+  std::vector<int64_t> pipelines;
+  for (const StudyGroup& g : by_length) pipelines.push_back(cheapest_pipelines(rates, g.members));
+  const StudyCost length = study_cost(rates, members(by_length), pipelines);
+  std::printf("by length (group_by = \"length\"), each group with its cheapest teacher pipelines:\n");
+  describe(by_length, pipelines);
+  std::printf("  %10.0f device-hours (%.2f x), %8.1f job hours\n", length.shared_device_hours,
+              length.shared_device_hours / cost.alone_device_hours, length.shared_job_hours);
+  if (length.shared_device_hours < best_order) {
+    std::printf("fewest device-hours: study.group_by = \"length\" with these pipelines (%.2f x a teacher per run); "
+                "set parallel.teacher_pipelines in the runs of a group whose T differs from the config's\n",
+                length.shared_device_hours / cost.alone_device_hours);
+  } else {
+    std::printf("fewest device-hours: study.group_by = \"order\", max_group_runs = %zu (%.2f x a teacher per run)\n",
+                best_cap, best_order / cost.alone_device_hours);
+  }
 }
 
 }  // namespace

@@ -31,8 +31,10 @@
 # Exit codes (config/input_error.h; docs/cluster.md has the table of faults): 0 done; 3 stopped for
 # requeue (the script requeues itself after SIGUSR1); 2 bad input; 4 the divergence guard stopped the
 # run; 5 the guard rolled back (requeued: the run resumes with a lower LR); anything else (1) is the
-# job's failure code. With DEEPEN_LAUNCHER=mpirun the code is the ranks' own, from
-# RUN_DIR/control/exit_code, which rank 0 writes when they leave (DEEPEN_EXIT_CODE_FILE).
+# job's failure code. With either launcher the code is the job's own, from RUN_DIR/control/exit_code,
+# which rank 0 writes when the ranks leave (DEEPEN_EXIT_CODE_FILE): in a shared teacher's group the
+# runs leave with codes of their own (one finished: 0, one stopped: 3), and the job's code follows the
+# runs (dist/control/policy.h, job_exit_code: a failure wins, else 3, else 5, else 4, else 0).
 
 deepen_log() { echo "deepen slurm: $*" >&2; }
 
@@ -382,6 +384,10 @@ deepen_run_job() {
       deepen_log "stopped at a checkpoint; requeueing job ${SLURM_JOB_ID} (it resumes from $run_dir)"
       scontrol requeue "$SLURM_JOB_ID"
     fi
+  elif ((rc == 4)); then
+    # The divergence guard stopped a run (a group: that run left, and every other finished): the same
+    # start would diverge the same way. guard.jsonl in its folder says where; lower its LR to retry.
+    deepen_log "the divergence guard stopped a run (its guard.jsonl says where; lower its LR to retry); not requeueing"
   elif ((rc != 0)); then
     deepen_log "ranks failed with exit code $rc (see the abort message above); not requeueing"
   fi

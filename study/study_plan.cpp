@@ -88,7 +88,9 @@ StudySpec parse_study(const std::string& toml_text, const std::string& source) {
   r.string("base", base);
   r.string("out_dir", spec.out_dir);
   r.integers("seeds", spec.seeds);
-  std::string command = option_name(spec.command), launcher = option_name(spec.launcher);
+  std::string command = option_name(spec.command), launcher = option_name(spec.launcher),
+              group_by = option_name(spec.group_by);
+  r.string("group_by", group_by);
   r.string("command", command);
   r.string("launcher", launcher);
   r.strings("set", spec.sets);
@@ -108,6 +110,7 @@ StudySpec parse_study(const std::string& toml_text, const std::string& source) {
     r.fail("seeds", "seeds must be distinct");
   spec.command = parse_option<StudyCommand>(command, source + ": study.command");
   spec.launcher = parse_option<Launcher>(launcher, source + ": study.launcher");
+  spec.group_by = parse_option<GroupBy>(group_by, source + ": study.group_by");
 
   const toml::array* runs = root["run"].as_array();
   if (!runs || runs->empty()) throw InputError(source + ": [[run]]: a study needs at least one run");
@@ -247,7 +250,7 @@ StudyPlan expand_study(const StudySpec& spec, const std::vector<std::string>& ex
     if (spec.launcher == Launcher::kDirect)
       throw InputError(spec.source + ": study.share_teacher: a shared teacher is a job of several ranks; "
                        "study.launcher = \"direct\" runs one process per run (use \"auto\" or \"mpirun\")");
-    plan.groups = plan_teacher_groups(plan.jobs, static_cast<size_t>(spec.max_group_runs));
+    plan.groups = plan_teacher_groups(plan.jobs, static_cast<size_t>(spec.max_group_runs), spec.group_by);
   }
   return plan;
 }
@@ -272,11 +275,12 @@ std::vector<StudyGroup> study_units(const StudyPlan& plan) {
   return units;
 }
 
-std::vector<StudyGroup> plan_teacher_groups(const std::vector<StudyJob>& jobs, size_t max_runs) {
+std::vector<StudyGroup> plan_teacher_groups(const std::vector<StudyJob>& jobs, size_t max_runs, GroupBy by) {
   std::vector<GroupCandidate> candidates;
   for (const StudyJob& j : jobs) candidates.push_back(GroupCandidate{j.id(), j.config, j.depends_on});
   std::vector<StudyGroup> out;
-  for (TeacherGroup& g : group_for_teacher(candidates, max_runs)) out.push_back(StudyGroup{std::move(g.members), std::move(g.refused)});
+  for (TeacherGroup& g : group_for_teacher(candidates, max_runs, by))
+    out.push_back(StudyGroup{std::move(g.members), std::move(g.refused)});
   return out;
 }
 

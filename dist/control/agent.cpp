@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
@@ -56,7 +57,7 @@ struct Agent::Impl {
   Nonce server_nonce{};
   bool auth_sent = false;
   Ping last_ping;
-  std::vector<std::string> early_stop_requests;  // asked before the link was up
+  std::vector<StopRequest> early_stop_requests;  // asked before the link was up
 
   // shared with callers
   mutable std::mutex mu;
@@ -64,9 +65,11 @@ struct Agent::Impl {
   int64_t step = -1, stage = 0, depth = 0;
   std::string phase = "start";
   Metrics metrics;
-  int64_t claimed = -1;          // the last step stop_step() let begin
+  int64_t claimed = -1;          // the last step stop_step() / stop_steps() let begin
   bool stop_pending = false;     // StopQuery answered, decision not yet here
-  std::optional<int64_t> stop;   // decided stop step (kStopAtFirstStep resolved on first use)
+  RunSteps decided;              // every run's decided stop step, as the coordinator sent them
+  std::optional<int64_t> own_stop;  // this rank's run's (a student): kStopAtFirstStep resolved on first use
+  std::vector<ServedRun> served;    // a teacher stage: the runs it serves (set_served_runs)
   bool coordinator_gone = false;
   std::optional<AbortInfo> abort_info;
   enum class Connect { kWaiting, kReady, kFailed } connect_state = Connect::kWaiting;
@@ -157,7 +160,7 @@ struct Agent::Impl {
     send_heartbeat();
     arm_heartbeat();
     arm_silence();
-    for (const auto& reason : early_stop_requests) send(StopRequest{reason});
+    for (const auto& request : early_stop_requests) send(request);
     early_stop_requests.clear();
   }
 
@@ -229,23 +232,30 @@ struct Agent::Impl {
     if (auto* ping = std::get_if<Ping>(&m)) {
       last_ping = *ping;
     } else if (std::holds_alternative<StopQuery>(m)) {
-      int64_t reach;
+      StopAck ack;
       {
         std::lock_guard lock(mu);
-        stop_pending = !stop.has_value();
-        reach = claimed >= 0 ? claimed + 1 : -1;
+        ack.reaches = reaches_locked();
+        // Claims freeze until the decision, unless every run of this rank is decided already.
+        stop_pending = std::any_of(ack.reaches.begin(), ack.reaches.end(),
+                                   [&](const auto& r) { return !run_step(decided, r.first); });
       }
-      send(StopAck{reach});
+      send(ack);
     } else if (auto* s = std::get_if<Stop>(&m)) {
+      std::string mine;
       {
         std::lock_guard lock(mu);
-        if (!stop) stop = s->step;
+        for (const auto& [run, step] : s->steps) {
+          if (run_step(decided, run)) continue;
+          decided.emplace_back(run, step);
+          if (takes_part_locked(run))
+            mine += (mine.empty() ? "" : ", ") + (run.empty() ? std::string() : "run " + run + " ") +
+                    (step == kStopAtFirstStep ? std::string("at its first step") : "at step " + std::to_string(step));
+        }
         stop_pending = false;
       }
       cv.notify_all();
-      log("coordinated stop: " + (s->step == kStopAtFirstStep ? std::string("at the first step")
-                                                              : "at step " + std::to_string(s->step)) +
-          " (" + s->reason + ")");
+      if (!mine.empty()) log("coordinated stop: " + mine + " (" + s->reason + ")");
     } else if (auto* a = std::get_if<Abort>(&m)) {
       if (leaving) {  // our own failure's Abort, back from the coordinator: the others have it too
         finish_leaving();
@@ -257,6 +267,25 @@ struct Agent::Impl {
     } else {
       link_lost(std::string("unexpected ") + message_name(m) + " from the coordinator");
     }
+  }
+
+  // This rank's reach for each run it takes part in (see Agent::stop_step and set_served_runs): a
+  // student's claim + 1; a teacher stage's claim of the global step, seen from each run it serves.
+  RunSteps reaches_locked() const {
+    if (served.empty()) return {{opt.run, claimed >= 0 ? claimed + 1 : -1}};
+    RunSteps out;
+    for (const ServedRun& r : served) {
+      int64_t reach = -1;                                 // not begun a step of this run
+      if (claimed >= r.end_step) reach = r.end_step;      // served it to its end
+      else if (claimed >= r.first_step) reach = claimed + 1;
+      out.emplace_back(r.name, reach);
+    }
+    return out;
+  }
+
+  bool takes_part_locked(const std::string& run) const {
+    if (served.empty()) return run == opt.run;
+    return std::any_of(served.begin(), served.end(), [&](const ServedRun& r) { return r.name == run; });
   }
 
   void link_lost(const std::string& why, const std::string& likely = "its process died or its node failed") {
@@ -358,11 +387,12 @@ struct Agent::Impl {
            opt.host + ")";
   }
 
-  void request_stop_io(const std::string& reason) {
-    log("stop requested: " + reason);
-    const std::string sent = reason.substr(0, kMaxStringBytes);  // the wire's bound; the log has it all
-    if (link == Link::kReady) send(StopRequest{sent});
-    else early_stop_requests.push_back(sent);
+  void request_stop_io(const std::string& reason, const std::string& scope = kEveryRun) {
+    log("stop requested" + (scope == kEveryRun ? std::string() : " for run " + scope) + ": " + reason);
+    // The wire's bounds; the log has it all.
+    const StopRequest request{reason.substr(0, kMaxStringBytes), scope.substr(0, kMaxRunName)};
+    if (link == Link::kReady) send(request);
+    else early_stop_requests.push_back(request);
   }
 
   // ---- abort --------------------------------------------------------------------------------
@@ -441,13 +471,14 @@ std::optional<int64_t> Agent::stop_step(int64_t step) {
   std::unique_lock lock(im.mu);
   while (true) {
     if (im.abort_info) throw ControlError(im.abort_info->message);
-    if (im.stop) {
-      if (*im.stop == kStopAtFirstStep) im.stop = step;  // no rank had begun: all start here
-      if (step > *im.stop) {
+    if (!im.own_stop) im.own_stop = run_step(im.decided, im.opt.run);
+    if (im.own_stop) {
+      if (*im.own_stop == kStopAtFirstStep) im.own_stop = step;  // no rank had begun: all start here
+      if (step > *im.own_stop) {
         throw std::logic_error("control: stop_step(" + std::to_string(step) + ") after the agreed stop step " +
-                               std::to_string(*im.stop) + ": stop_step() must be called at every step");
+                               std::to_string(*im.own_stop) + ": stop_step() must be called at every step");
       }
-      return im.stop;
+      return im.own_stop;
     }
     if (!im.stop_pending) {
       im.claimed = std::max(im.claimed, step);
@@ -458,13 +489,44 @@ std::optional<int64_t> Agent::stop_step(int64_t step) {
   }
 }
 
+RunSteps Agent::stop_steps(int64_t step) {
+  Impl& im = *impl_;
+  std::unique_lock lock(im.mu);
+  while (true) {
+    if (im.abort_info) throw ControlError(im.abort_info->message);
+    if (!im.stop_pending) {
+      im.claimed = std::max(im.claimed, step);
+      return im.decided;
+    }
+    if (im.coordinator_gone) throw ControlError("control: the coordinator went away during a coordinated stop");
+    im.cv.wait(lock);
+  }
+}
+
+void Agent::set_served_runs(std::vector<ServedRun> runs) {
+  std::lock_guard lock(impl_->mu);
+  impl_->served = std::move(runs);
+}
+
 void Agent::request_stop(const std::string& reason) {
   asio::post(impl_->io, [im = impl_.get(), reason] { im->request_stop_io(reason); });
 }
 
+int64_t Agent::leave_run(const std::string& reason) {
+  Impl& im = *impl_;
+  asio::post(im.io, [&im, reason] { im.request_stop_io(reason, im.opt.run); });
+  std::unique_lock lock(im.mu);
+  while (true) {
+    if (im.abort_info) throw ControlError(im.abort_info->message);
+    if (const auto step = run_step(im.decided, im.opt.run)) return *step;
+    if (im.coordinator_gone) throw ControlError("control: the coordinator went away while run " + im.opt.run + " left the job");
+    im.cv.wait(lock);
+  }
+}
+
 std::optional<int64_t> Agent::decided_stop_step() const {
   std::lock_guard lock(impl_->mu);
-  return impl_->stop;
+  return run_step(impl_->decided, impl_->opt.run);
 }
 
 std::optional<AbortInfo> Agent::aborted() const {

@@ -65,7 +65,10 @@ class Coordinator {
 
   // Snapshot of what is known about every rank (index = rank).
   std::vector<RankView> ranks() const;
-  std::optional<int64_t> stop_step() const;  // once decided
+  // The agreed stop step of the job's one run (run name ""), once decided.
+  std::optional<int64_t> stop_step() const;
+  // Every run's agreed stop step, once decided (a job sharing a teacher stops its runs one by one).
+  RunSteps stop_steps() const;
   std::optional<AbortInfo> aborted() const;
   CoordinatorStats stats() const;
 

@@ -2,6 +2,7 @@
 #include "dist/control/policy.h"
 
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <string_view>
 
@@ -62,7 +63,8 @@ std::optional<AbortInfo> watchdog_verdict(std::span<const RankView> ranks, doubl
     }
   }
   for (const RankView& r : ranks) {
-    if (r.state == RankState::kDone && r.exit_code != 0 && r.exit_code != 3) {
+    const bool run_outcome = r.run_stopped && (r.exit_code == 4 || r.exit_code == 5);
+    if (r.state == RankState::kDone && r.exit_code != 0 && r.exit_code != 3 && !run_outcome) {
       AbortInfo info = blame(r, "exited with code " + std::to_string(r.exit_code) +
                                     (r.bye_message.empty() ? "" : ": " + r.bye_message));
       info.exit_code = r.exit_code;
@@ -123,6 +125,45 @@ int64_t decide_stop_step(std::span<const int64_t> reaches) {
   int64_t s = kStopAtFirstStep;
   for (int64_t r : reaches) s = std::max(s, r);
   return s;
+}
+
+std::optional<int64_t> run_step(const RunSteps& steps, const std::string& run) {
+  for (const auto& [name, step] : steps)
+    if (name == run) return step;
+  return std::nullopt;
+}
+
+RunSteps decide_run_stops(std::span<const RunSteps> acks, const std::string& scope, const RunSteps& decided) {
+  std::map<std::string, int64_t> reach;  // by run name: sorted, so every coordinator decides alike
+  for (const RunSteps& ack : acks)
+    for (const auto& [run, r] : ack) {
+      if (scope != kEveryRun && run != scope) continue;
+      if (run_step(decided, run)) continue;
+      auto [it, added] = reach.emplace(run, kStopAtFirstStep);
+      it->second = std::max(it->second, r);
+    }
+  return RunSteps(reach.begin(), reach.end());
+}
+
+bool is_teacher_role(const std::string& role) { return role.rfind("teacher", 0) == 0; }
+
+std::optional<int> job_exit_code(std::span<const RankView> ranks) {
+  if (ranks.empty()) return std::nullopt;
+  for (const RankView& r : ranks)
+    if (r.state != RankState::kDone) return std::nullopt;
+  for (const RankView& r : ranks)
+    if (r.exit_code != 0 && r.exit_code != 3 && r.exit_code != 4 && r.exit_code != 5) return r.exit_code;
+  bool stopped = false, rolled_back = false, diverged = false;
+  for (const RankView& r : ranks) {
+    if (is_teacher_role(r.role)) continue;
+    stopped |= r.exit_code == 3;
+    rolled_back |= r.exit_code == 5;
+    diverged |= r.exit_code == 4;
+  }
+  if (stopped) return 3;
+  if (rolled_back) return 5;
+  if (diverged) return 4;
+  return 0;
 }
 
 }  // namespace deepen::control

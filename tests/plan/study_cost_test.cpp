@@ -39,5 +39,22 @@ TEST(StudyCost, ManyRunsOnOneChannelBecomeChannelBound) {
   EXPECT_NEAR(c.shared_job_hours, 1e9 / (1e6 / 20) / 3600.0, 1e-9);  // 5e4 tokens/s: the channel
 }
 
+// The example of cheapest_pipelines: a teacher-bound pair gets a second pipeline, not a fourth.
+TEST(StudyCost, AGroupTakesTheTeacherPipelinesThatStopTheTeacherBeingItsBound) {
+  const std::vector<RunRates> runs = {teacher_bound("a"), teacher_bound("b")};
+  EXPECT_EQ(price_group(runs, {0, 1}, 1).bound, "teacher");
+  EXPECT_EQ(cheapest_pipelines(runs, {0, 1}), 2);
+  const GroupPrice two = price_group(runs, {0, 1}, 2);
+  EXPECT_EQ(two.devices, 32);
+  EXPECT_EQ(two.bound, "students");
+  EXPECT_NEAR(two.device_hours, 32 * 5e3 / 3600.0, 1e-9);
+  EXPECT_NEAR(study_cost(runs, {{0, 1}}, {2}).shared_device_hours, two.device_hours, 1e-9);
+  EXPECT_NEAR(price_group(runs, {0, 1}, 4).device_hours, 48 * 5e3 / 3600.0, 1e-9) << "more pipelines, no more speed";
+  // Students that are the bound already: fewer pipelines save their devices.
+  std::vector<RunRates> slow = runs;
+  for (RunRates& r : slow) r.student_tokens_per_s = 2.5e4;
+  EXPECT_EQ(cheapest_pipelines(slow, {0, 1}), 1);
+}
+
 }  // namespace
 }  // namespace deepen
