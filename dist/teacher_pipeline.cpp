@@ -172,6 +172,7 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
     stats.steps_done = step + 1;
     StepTime step_time = timer.take(step, "teacher");
     step_time.passes = static_cast<int64_t>(items.size());
+    if (sender) step_time.held_bytes = sender->peak_held_bytes();
     step_time.deliveries = 0;
     for (const TeacherItem& item : items) step_time.deliveries += static_cast<int64_t>(item.to.size());
     if (run.on_step) timer.time(TeacherPart::kRecords, [&] { run.on_step(step + 1, step_time); });

@@ -223,7 +223,7 @@ int run_planned_distributed_job(const JobPlan& plan, const JobOptions& options, 
     if (!start.ended[r].empty()) end = context.steps_done[r];
     context.end_step.push_back(std::max(end, context.steps_done[r]));
   }
-  if (mpi.rank() == first_student && options.print_progress)
+  if (mpi.rank() == first_student)  // said even with --quiet: a run the job does not train is news
     for (size_t r = 0; r < plan.runs.size(); ++r)
       if (!start.ended[r].empty())
         std::cerr << "deepen: [" << plan.runs[r].cfg.run.name << "] "
@@ -243,12 +243,14 @@ int run_planned_distributed_job(const JobPlan& plan, const JobOptions& options, 
   } catch (...) {
     control.leave_on_failure(std::current_exception());  // the reason reaches every rank's log
   }
-  // A run that finished leaves the control plane before it waits for the others (a shared teacher
-  // goes on for the longer runs): it is then neither asked about a stop nor watched for progress.
-  // Rank 0 (a teacher in every order) hosts the coordinator and leaves last.
-  if (me.is_student()) control.shutdown(rc, message);
+  // Every rank leaves the control plane before it waits for the others: a run that finished (a
+  // shared teacher goes on for the longer runs) is then neither asked about a stop nor watched for
+  // progress. Rank 0 (a teacher in every order) hosts the coordinator: its leaving waits for every
+  // other rank's, so the job's exit code is known, and written (DEEPEN_EXIT_CODE_FILE), before any
+  // rank ends its process; a launcher that ends the job at the first non-zero exit (mpirun's
+  // default) then cuts off nothing, and one killed rank still ends the job.
+  control.shutdown(rc, message);
   world->barrier();
-  if (me.is_teacher()) control.shutdown(rc);
   return rc;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <iostream>
 
 #include <ATen/ATen.h>
@@ -62,6 +63,9 @@ JobControl::JobControl(const ControlConfig& control, const std::string& job_dir,
   options.role = role;
   options.run = run;
   options.hard_exit_after_s = std::max(1.0, control.watchdog_s / 2);
+  // The hosting rank leaves last, once every other rank has (its runs may still export their students
+  // for minutes): no time limit on that wait, since the watchdog ends the job if one of them hangs.
+  options.shutdown_wait_s = std::numeric_limits<double>::infinity();
   options.on_abort = [on_abort](const control::AbortInfo&) { on_abort(); };
   // Made here, on the trainer thread (the one that runs the job), whose CPU clock it reads; the
   // communicators mark their waits in it, so a long step is not taken for a hang.

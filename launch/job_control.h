@@ -59,8 +59,9 @@ class JobControl {
   // (slurm/lib.sh, the local study runner), the job's code (dist/control/policy.h, job_exit_code: a
   // failure wins, else a stopped run requeues, else a rollback, else a divergence, else 0) as the
   // coordinator saw every rank leave is written there: the launcher's own status does not say it
-  // (mpirun with orte_abort_on_non_zero_status = 0 returns 0 when every rank exits 3, and 1 after
-  // a SIGTERM; a group whose shorter run finished leaves codes 0 and 3).
+  // (mpirun's is its first non-zero rank's, and 1 after a SIGTERM; a group whose shorter run
+  // finished leaves codes 0 and 3). The hosting rank returns only once every other rank has left
+  // (or the job aborted), so the code is written before any rank ends its process.
   void shutdown(int exit_code, const std::string& message = "");
 
   // Leaves on a failure and rethrows it for main's exit code. This rank's own error (an InputError,

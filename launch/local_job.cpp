@@ -26,10 +26,12 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(cfg.data.tokenizer);
   // Every decision first, before anything heavy runs or anything is written to run.out_dir.
   const JobPlan plan = plan_single_process_job(cfg, distill, *tokenizer, visible_cuda_devices());
-  // Then the run folder, ours alone (another job writing it is refused, a dead one's lock taken
-  // over), and the data: where it resumes, whether it may, and the shards' tokens.
-  const RunFolderLock lock(cfg.run.out_dir, cfg.control.watchdog_s);
+  // Then the run folder and the data, read only: where it resumes, whether it may, and the shards'
+  // tokens (a start refused here leaves no trace). Then the folder is ours alone (another job
+  // writing it is refused, a dead one's lock taken over); a job we waited for may have moved it on.
   StartupChecks checks = check_before_start(plan.run(), *tokenizer, options.resume, options.print_progress);
+  const RunFolderLock lock(cfg.run.out_dir, cfg.control.watchdog_s);
+  if (lock.waited()) checks = check_before_start(plan.run(), *tokenizer, options.resume, options.print_progress);
   set_compute_threads_checked(cfg.run.threads, "this process");
   record_startup(plan.run(), checks);
   const at::Device device = compute_device(plan, 0);

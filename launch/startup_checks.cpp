@@ -88,8 +88,6 @@ AgreedStart agree_on_startup(Communicator& world, const JobPlan& plan, const Tok
       verdict = verdict_of([&] {
         // A group's run that finished or diverged trains no more (a run alone is the user's own call).
         const Config& cfg = plan.runs[r].cfg;
-        // One writer per run folder, before anything of it is read for the start.
-        agreed.locks[r] = std::make_shared<RunFolderLock>(cfg.run.out_dir, cfg.control.watchdog_s);
         const std::string ended = resume && plan.runs.size() > 1 ? run_ended(cfg) : "";
         mine[r] = check_before_start(plan.runs[r], tokenizer, resume, print_progress);
         mine[r].batches.reset();  // the student opens its own
@@ -106,6 +104,14 @@ AgreedStart agree_on_startup(Communicator& world, const JobPlan& plan, const Tok
     std::string verdict;
     if (world.rank() == root)
       verdict = verdict_of([&] {
+        // One writer per run folder from here on (the checks read only: a refused start leaves no
+        // trace). A job this one waited for may have moved the folder on: then it starts over.
+        const Config& cfg = plan.runs[r].cfg;
+        agreed.locks[r] = std::make_shared<RunFolderLock>(cfg.run.out_dir, cfg.control.watchdog_s);
+        if (agreed.locks[r]->waited() &&
+            check_before_start(plan.runs[r], tokenizer, resume, false).steps_done != mine[r].steps_done)
+          throw InputError(cfg.run.out_dir + ": another job wrote this run folder while this one waited for its lock; "
+                           "run the same command again to resume from where it left it");
         record_startup(plan.runs[r], mine[r]);
         return nlohmann::json{{"recorded", true}};
       });

@@ -25,8 +25,8 @@ struct StartupChecks {
   std::unique_ptr<BatchSource> batches;  // the data, opened (single process: the job's own)
 };
 
-// In order, reading only (the caller holds the run folder's lock already, so no other job writes it
-// meanwhile):
+// In order, reading only (the caller then takes the run folder's lock, run_folder_lock.h, and checks
+// again if it had to wait for another job):
 //   1. the resume point (run_folder/progress.h, resume_point): none with --fresh (resume = false); an
 //      InputError when the folder holds an earlier run's records or checkpoints but no valid checkpoint;
 //   2. that checkpoint's config against this one (check_resumable: the keys that differ);
@@ -58,8 +58,8 @@ struct AgreedStart {
 // diverged with (guard.lr_scale x its rollbacks'), so it would diverge the same way again.
 std::string run_ended(const Config& cfg);
 
-// A distributed job: each run's student 0 takes its run folder's lock (waiting up to control.watchdog_s
-// for another job's rank to end) and runs its run's checks, every rank learns every verdict
+// A distributed job: each run's student 0 runs its run's checks, then takes its run folder's lock
+// (waiting up to control.watchdog_s for another job's rank to end), every rank learns every verdict
 // (one broadcast per run), and only when all passed do they record them; so all ranks go on from the
 // same resume points or all throw the same InputError (ExitError(kExitFailure) when a record cannot
 // be written), before any communicator but the world exists and before anything else is written.

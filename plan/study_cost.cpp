@@ -25,7 +25,7 @@ GroupPrice price_group(const std::vector<RunRates>& runs, const std::vector<size
     g.devices += r.student_devices;
   }
   g.tokens_per_s = std::min({teacher, channel, students});
-  g.bound = g.tokens_per_s == teacher ? "teacher" : g.tokens_per_s == channel ? "channel" : "students";
+  g.bound = g.tokens_per_s == students ? "students" : g.tokens_per_s == channel ? "channel" : "teacher";
   // One run alone on its own layout is exactly its own estimate (its per-stage minimum), not the
   // coarser curriculum mean of the three.
   if (members.size() == 1 && pipelines == T0) g.tokens_per_s = first.alone_tokens_per_s;
@@ -45,6 +45,40 @@ int64_t cheapest_pipelines(const std::vector<RunRates>& runs, const std::vector<
     if (h < best_hours * (1 - 1e-12)) best = T, best_hours = h;
   }
   return best;
+}
+
+std::vector<std::vector<size_t>> cheapest_groups(const std::vector<RunRates>& runs,
+                                                 const std::vector<std::vector<size_t>>& classes, size_t max_runs) {
+  std::vector<std::vector<size_t>> out;
+  for (std::vector<size_t> c : classes) {
+    std::stable_sort(c.begin(), c.end(), [&](size_t a, size_t b) { return runs.at(a).tokens > runs.at(b).tokens; });
+    const size_t n = c.size();
+    // best[i]: the fewest device-hours for the first i runs; cut[i]: where their last group starts.
+    std::vector<double> best(n + 1, INFINITY);
+    std::vector<size_t> cut(n + 1, 0);
+    best[0] = 0;
+    for (size_t i = 1; i <= n; ++i)
+      for (size_t j = i; j-- > 0;) {
+        if (max_runs > 0 && i - j > max_runs) break;
+        const std::vector<size_t> group(c.begin() + static_cast<std::ptrdiff_t>(j), c.begin() + static_cast<std::ptrdiff_t>(i));
+        const bool fits = std::all_of(group.begin(), group.end(), [&](size_t k) {
+          const int64_t most = runs.at(k).max_shared_runs;
+          return most <= 0 || static_cast<int64_t>(group.size()) <= most;
+        });
+        if (!fits && group.size() > 1) break;  // larger groups fit no better
+        const double h = best[j] + price_group(runs, group, cheapest_pipelines(runs, group)).device_hours;
+        if (h < best[i]) best[i] = h, cut[i] = j;
+      }
+    std::vector<std::vector<size_t>> groups;
+    for (size_t i = n; i > 0; i = cut[i]) {
+      std::vector<size_t> group(c.begin() + static_cast<std::ptrdiff_t>(cut[i]), c.begin() + static_cast<std::ptrdiff_t>(i));
+      std::sort(group.begin(), group.end());  // the study's order inside a group
+      groups.push_back(std::move(group));
+    }
+    std::reverse(groups.begin(), groups.end());
+    for (auto& g : groups) out.push_back(std::move(g));
+  }
+  return out;
 }
 
 StudyCost study_cost(const std::vector<RunRates>& runs, const std::vector<std::vector<size_t>>& groups,

@@ -19,6 +19,9 @@ struct RunRates {
   double student_tokens_per_s = 0;    // its S students' demand, tokens-weighted over the curriculum
   double alone_tokens_per_s = 0;      // the run alone: min of the three, per stage, over the curriculum
   int64_t teacher_pipelines = 1;      // T of its config (teacher_devices = T·P): the rates above are for T
+  // The most runs whose outgoing queues its teacher's last stage can hold in a device's memory (a
+  // group's teacher keeps max_in_flight payloads per run: plan/memory_model.h); 0 = no bound.
+  int64_t max_shared_runs = 0;
 };
 
 struct StudyCost {
@@ -60,5 +63,19 @@ GroupPrice price_group(const std::vector<RunRates>& runs, const std::vector<size
 // devices for 5e3 s = 44.4 device-hours instead of 24 for 1e4 s = 66.7; T = 4 would add devices
 // without speed. -> 2.
 int64_t cheapest_pipelines(const std::vector<RunRates>& runs, const std::vector<size_t>& members);
+
+// Pure: the groups with the fewest device-hours (each at its cheapest_pipelines), where every group
+// is taken from one of `classes` (runs that may share one teacher pass: study/teacher_groups.h). A
+// group holds its devices until its longest run ends, so within a class the runs are sorted by
+// tokens, longest first, and cut into consecutive groups (the best cut by dynamic programming over
+// the sorted order: a shorter run joins a longer group when its students' idle time costs less
+// than a teacher share of its own). `max_runs` caps a group (0 = none), and so does each run's
+// max_shared_runs: a group whose teacher could not hold its runs' queues is never chosen.
+// Example (the paper's ten runs of one seed, `deepen plan --study configs/paper/study-qwen3-8b.toml`):
+// the five 150k-step runs and post-joint-long (100k) in one group, the four 50k-step runs in another:
+// adding post-joint-long to the long group costs its 8 students' devices for 28 h (224 device-hours)
+// against 299 alone.
+std::vector<std::vector<size_t>> cheapest_groups(const std::vector<RunRates>& runs,
+                                                 const std::vector<std::vector<size_t>>& classes, size_t max_runs = 0);
 
 }  // namespace deepen

@@ -70,6 +70,7 @@ RunFolderLock::RunFolderLock(const std::string& run_dir, double wait_s) {
       fd_ = -1;
       throw std::runtime_error(path + ": cannot lock the run folder: " + why);
     }
+    waited_ = true;
     const auto now = std::chrono::steady_clock::now();
     const double waited = std::chrono::duration<double>(now - start).count();
     if (waited >= wait_s) {

@@ -28,8 +28,13 @@ class RunFolderLock {
   // 2026-12-06 13:02:11 UTC"), or "" when nobody wrote one.
   static std::string holder(const std::string& run_dir);
 
+  // Whether another job held the lock when this one asked (it then waited for that job to end):
+  // what was read of the folder before the lock may be out of date.
+  bool waited() const { return waited_; }
+
  private:
   int fd_ = -1;
+  bool waited_ = false;
 };
 
 }  // namespace deepen

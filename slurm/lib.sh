@@ -241,9 +241,9 @@ deepen_run_job() {
   local coordinator=${nodes[0]}
   [[ -n ${DEEPEN_COORDINATOR_PORT:-} ]] && coordinator+=":$DEEPEN_COORDINATOR_PORT"
   local secret_file=$run_dir/control/job_secret
-  # The job's exit code as the coordinator saw every rank leave (launch/job_control.h): mpirun's own
-  # status does not carry it (with orte_abort_on_non_zero_status 0 it returns 0 when every rank
-  # exits 3, and 1 after a signal).
+  # The job's exit code as the coordinator saw every rank leave (launch/job_control.h): the
+  # launcher's own status does not carry it (mpirun's is its first non-zero rank's, 1 after a
+  # signal; a group's runs leave with codes of their own).
   local exit_file=$run_dir/control/exit_code
   local sub=${DEEPEN_CMD:-train}
   local -a gpu_sets=()
@@ -301,13 +301,15 @@ deepen_run_job() {
 
   local -a cmd
   if [[ ${DEEPEN_LAUNCHER:-srun} == mpirun ]]; then
-    # Open MPI's mpirun reads the allocation from Slurm. Ranks leaving with code 3 (requeue) must not
-    # make it kill the others while they write their checkpoint. Each rank is bound to its
-    # --cpus-per-task cores (PE=): a plain --bind-to core would pin all of a rank's threads to one
-    # core. overload-allowed: a node may declare more CPUs than it has cores (then ranks share).
+    # Open MPI's mpirun reads the allocation from Slurm. Its default ends the job at a rank's first
+    # non-zero exit: every rank has checkpointed and left the control plane by then (they exit
+    # together after a final barrier, once rank 0 has written the job's exit code), and a rank killed
+    # by a signal must end the job (with orte_abort_on_non_zero_status 0 mpirun waited forever after
+    # one). Each rank is bound to its --cpus-per-task cores (PE=): a plain --bind-to core would pin
+    # all of a rank's threads to one core. overload-allowed: a node may declare more CPUs than it
+    # has cores (then ranks share).
     cmd=(mpirun -np "$ntasks" --map-by "ppr:${counts[0]}:node:PE=${SLURM_CPUS_PER_TASK:-1}"
          --bind-to core:overload-allowed
-         --mca orte_abort_on_non_zero_status 0
          -x DEEPEN_COORDINATOR -x DEEPEN_JOB_SECRET_FILE -x DEEPEN_RUN_DIR -x DEEPEN_EXIT_CODE_FILE -x PATH -x LD_LIBRARY_PATH
          -x NCCL_DEBUG)
   else

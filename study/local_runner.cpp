@@ -248,11 +248,11 @@ int run_study(const StudyPlan& plan, const LaunchContext& ctx) {
           throw InputError(plan.spec.source + ": study.share_teacher: group " + g.name + " needs mpirun (" +
                            std::to_string(world) + " ranks), and there is none in PATH");
         // The runs of a group leave with codes of their own (one finished, one stopped, one diverged):
-        // mpirun must not end the others at a rank's first non-zero exit, and the job's code is the one
-        // its coordinator writes (dist/control/policy.h, job_exit_code), not mpirun's.
+        // the job's code is the one its coordinator writes (dist/control/policy.h, job_exit_code)
+        // before any rank exits, not mpirun's, which is the first non-zero rank's.
         exit_file = (fs::path(group_dir(plan, u)) / "exit_code").string();
-        p.argv = {ctx.mpirun, "--oversubscribe", "--bind-to", "none", "--mca", "orte_abort_on_non_zero_status", "0",
-                  "-np", std::to_string(world), ctx.deepen_exe, "group", g.source};
+        p.argv = {ctx.mpirun, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(world), ctx.deepen_exe,
+                  "group", g.source};
         if (ctx.quiet) p.argv.push_back("--quiet");
         if (ctx.is_root) {
           p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT", "1");

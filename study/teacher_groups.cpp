@@ -118,6 +118,10 @@ std::vector<TeacherGroup> group_for_teacher(const std::vector<GroupCandidate>& c
             refusal = "waits for " + candidates[dep].name + (group_of[dep] == g ? ", a member" : ", a later group's");
       } else if (max_runs > 0 && group.members.size() >= max_runs) {
         refusal = "the group is full (" + std::to_string(max_runs) + " runs)";
+      } else if (by == GroupBy::kListed &&
+                 (c.listed.empty() || c.listed != candidates[group.members.front()].listed)) {
+        refusal = c.listed.empty() ? std::string("listed in no [[group]] of the study")
+                                   : "listed in another [[group]] (" + c.listed + ")";
       } else if (by == GroupBy::kLength && curriculum_tokens(candidates[group.members.front()].config) !=
                                                curriculum_tokens(c.config)) {
         refusal = "another length (" + text(curriculum_tokens(c.config)) + " tokens vs " +

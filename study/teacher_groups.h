@@ -49,6 +49,7 @@ struct GroupCandidate {
   std::string name;
   Config config;
   std::vector<size_t> depends_on;  // indices of earlier candidates
+  std::string listed;              // GroupBy::kListed: the study's [[group]] it is listed in ("": none)
 };
 
 // The training tokens a run's curriculum gives (stage_tokens, or stage_steps x the global batch's
@@ -69,7 +70,8 @@ struct TeacherGroup {
 // starts a new group. `max_runs` caps a group's size (0 = no cap). With GroupBy::kLength a candidate
 // joins only a group of runs as long as itself (curriculum_tokens): a group holds its devices until
 // its longest run ends, so pairing a 50k-step run with a 150k-step one pays 100k steps of idle
-// students (plan/study_cost.h prices both).
+// students (plan/study_cost.h prices both). With GroupBy::kListed a candidate joins only a group of
+// runs listed with it (`listed`), one listed in none stays alone.
 // Example: [pre-grow/1, post-grow/1, matched/1 (after post-grow/1), pre-grow/2, post-grow/2], order
 // seed unset -> {pre-grow/1, post-grow/1}, {matched/1}, {pre-grow/2, post-grow/2}; group 1 refused
 // matched/1 ("waits for post-grow/1, a member") and pre-grow/2 ("data.order_seed ...: 1 vs 2").

@@ -112,7 +112,7 @@ void Trainer::leave_group(const std::string& reason) {
       ++drained;
     }
   }
-  if (leader_ && run_.print_progress)
+  if (leader_)  // said even with --quiet: the others go on without this run
     std::cerr << "deepen: [" << cfg_.run.name << "] left the job at step " << until << " (" << drained
               << " targets the teacher had sent were taken unused); the other runs go on\n";
 }

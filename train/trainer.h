@@ -31,6 +31,7 @@
 #include "train/distill_loss.h"
 #include "train/divergence_guard.h"
 #include "train/gradient_buckets.h"
+#include "train/micro_batch.h"
 #include "train/student_trainer.h"
 
 namespace deepen {

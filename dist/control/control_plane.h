@@ -36,7 +36,7 @@ struct ControlOptions {
   bool metrics = false;
   std::string metrics_bind = "127.0.0.1";
   uint16_t metrics_port = 0;
-  double shutdown_wait_s = 0;       // hosting rank: wait for the others' Bye; 0 = watchdog_s
+  double shutdown_wait_s = 0;       // hosting rank: wait for the others' Bye; 0 = watchdog_s, infinity = no limit
 };
 
 // Timings and ports from the [control] section: heartbeat_s, watchdog_s, metrics on iff

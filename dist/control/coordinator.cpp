@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <iostream>
@@ -643,7 +644,9 @@ bool Coordinator::wait_all_done(double timeout_s) const {
     return std::all_of(impl_->slots.begin(), impl_->slots.end(),
                        [](const Impl::Slot& s) { return s.view.state == RankState::kDone; });
   };
-  impl_->cv.wait_for(lock, from_seconds(timeout_s), [&] { return all_done() || impl_->abort_info; });
+  const auto settled = [&] { return all_done() || impl_->abort_info.has_value(); };
+  if (std::isfinite(timeout_s)) impl_->cv.wait_for(lock, from_seconds(timeout_s), settled);
+  else impl_->cv.wait(lock, settled);  // the watchdog aborts the job if a rank never comes
   return all_done();
 }
 

@@ -75,7 +75,8 @@ class Coordinator {
   // The /metrics body (Prometheus text exposition format 0.0.4).
   std::string render_metrics() const;
 
-  // Blocks until every rank said Bye, or the job aborted, or timeout_s passed. True if all said Bye.
+  // Blocks until every rank said Bye, or the job aborted, or timeout_s passed (infinity: no limit;
+  // the watchdog still aborts the job if a rank hangs). True if all said Bye.
   bool wait_all_done(double timeout_s) const;
 
   // Sends Shutdown to every agent (so losing the coordinator is no failure for them), closes all

@@ -578,7 +578,8 @@ class Cases:
         import time
         out = os.path.join(self.work, "lock")
         shutil.rmtree(out, ignore_errors=True)
-        sets = ["curriculum.stage_steps=[200, 200, 200]", "checkpoint.every=20", "control.watchdog_s=3"]
+        sets = ["curriculum.stage_steps=[200, 200, 200]", "checkpoint.every=20", "control.heartbeat_s=0.5",
+                "control.watchdog_s=3"]
         cmd = [self.deepen, "train", self.base, "--fresh", "--quiet", "--set", f'run.out_dir="{out}"']
         for x in sets:
             cmd += ["--set", x]
@@ -594,7 +595,8 @@ class Cases:
         assert holder in second.stderr, second.stderr[-3000:]
         assert first.poll() is None, "the refused job must not disturb the running one"
         # kill -9 after a checkpoint: the next start takes the dead holder's lock and resumes.
-        while not os.path.isdir(os.path.join(out, "checkpoints", "step_00000019")):
+        ckpts = os.path.join(out, "checkpoints")
+        while not (os.path.isdir(ckpts) and any(n.startswith("step_") and "." not in n for n in os.listdir(ckpts))):
             assert first.poll() is None and time.time() < deadline + 120, first.stderr.read()[-3000:]
             time.sleep(0.05)
         first.send_signal(signal.SIGKILL)
