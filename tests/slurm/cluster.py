@@ -78,6 +78,7 @@ class Cluster:
             if k.startswith("SLURM_") and k != "SLURM_CONF":
                 del self.env[k]
         self.pids = {}
+        self.client = []  # prefix of every Slurm client command (nodes_cluster.py: enter the first node)
 
     # ---- lifecycle ----
     def __enter__(self):
@@ -152,8 +153,8 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
         deadline = time.time() + timeout
         state = ""
         while time.time() < deadline:
-            p = subprocess.run(["sinfo", "-h", "-n", self.node, "-o", "%T"], env=self.env, capture_output=True,
-                               text=True, timeout=10)
+            p = subprocess.run(self.client + ["sinfo", "-h", "-n", self.node, "-o", "%T"], env=self.env,
+                               capture_output=True, text=True, timeout=10)
             state = p.stdout.strip()
             if state == "idle":
                 return
@@ -204,11 +205,12 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
         10 s), removes the folder."""
         if "slurmctld" in self.pids:
             # Job steps run under slurmstepd, which outlives slurmd: end the jobs before the daemons.
-            subprocess.run(["scancel", "--full", "--user=root"], env=self.env, capture_output=True, timeout=10)
+            subprocess.run(self.client + ["scancel", "--full", "--user=root"], env=self.env, capture_output=True,
+                           timeout=10)
             deadline = time.time() + 30
             while time.time() < deadline:
-                p = subprocess.run(["squeue", "-h", "-o", "%i"], env=self.env, capture_output=True, text=True,
-                                   timeout=10)
+                p = subprocess.run(self.client + ["squeue", "-h", "-o", "%i"], env=self.env, capture_output=True,
+                                   text=True, timeout=10)
                 if p.returncode != 0 or not p.stdout.strip():
                     break
                 time.sleep(0.2)
@@ -234,7 +236,7 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
     # ---- jobs ----
     def sbatch(self, args, env=None, cwd=None):
         """Submits; returns the job id."""
-        p = subprocess.run(["sbatch", "--parsable"] + list(args), env=dict(self.env, **(env or {})), cwd=cwd,
+        p = subprocess.run(self.client + ["sbatch", "--parsable"] + list(args), env=dict(self.env, **(env or {})), cwd=cwd,
                            capture_output=True, text=True, timeout=30)
         if p.returncode != 0:
             raise RuntimeError(f"sbatch {' '.join(args)} failed ({p.returncode}): {p.stderr}")
@@ -242,8 +244,8 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
 
     def job(self, job_id):
         """scontrol show job as a dict (empty when Slurm no longer knows the job)."""
-        p = subprocess.run(["scontrol", "-o", "show", "job", str(job_id)], env=self.env, capture_output=True,
-                           text=True, timeout=10)
+        p = subprocess.run(self.client + ["scontrol", "-o", "show", "job", str(job_id)], env=self.env,
+                           capture_output=True, text=True, timeout=10)
         out = {}
         for word in p.stdout.split():
             if "=" in word:
@@ -253,8 +255,8 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
 
     def jobs(self, job_id):
         """Every record of a job (array tasks each have one), as dicts."""
-        p = subprocess.run(["scontrol", "-o", "show", "job", str(job_id)], env=self.env, capture_output=True,
-                           text=True, timeout=10)
+        p = subprocess.run(self.client + ["scontrol", "-o", "show", "job", str(job_id)], env=self.env,
+                           capture_output=True, text=True, timeout=10)
         recs = []
         for line in p.stdout.splitlines():
             rec = {}
@@ -279,7 +281,7 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
                              f"{info.get('JobState')} ({info.get('Reason')})\n" + self.logs())
 
     def run(self, cmd, timeout=30, check=True):
-        p = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(self.client + list(cmd), env=self.env, capture_output=True, text=True, timeout=timeout)
         if check and p.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr}")
         return p
