@@ -43,6 +43,15 @@ Mac coordinator_mac(const Secret& secret, const Nonce& server_nonce, const Nonce
 
 Nonce random_nonce() { return generate_secret(); }
 
+FrameKeys frame_keys(const Secret& secret, const Nonce& server_nonce, const Nonce& agent_nonce, int32_t rank) {
+  const uint8_t r[4] = {uint8_t(uint32_t(rank) >> 24), uint8_t(uint32_t(rank) >> 16),
+                        uint8_t(uint32_t(rank) >> 8), uint8_t(rank)};
+  const std::span<const uint8_t> rank_bytes(r, 4);
+  return FrameKeys{
+      hmac_sha256(secret, {bytes("deepen-control-v5 frames agent->coordinator"), server_nonce, agent_nonce, rank_bytes}),
+      hmac_sha256(secret, {bytes("deepen-control-v5 frames coordinator->agent"), server_nonce, agent_nonce, rank_bytes})};
+}
+
 std::string describe_rank(const RankView& r) {
   std::string s = "rank " + std::to_string(r.rank) + " on " + (r.host.empty() ? "?" : r.host);
   std::string detail = r.run.empty() ? r.role : "run " + r.run + ", " + r.role;

@@ -36,6 +36,18 @@ Mac coordinator_mac(const Secret& secret, const Nonce& server_nonce, const Nonce
                     int32_t rank);
 Nonce random_nonce();  // 32 bytes from OpenSSL's RAND_bytes, as generate_secret()
 
+// Every frame after the handshake carries a MAC (framed_connection.h), under a key per direction
+// that only this connection's two ends can make:
+//   key = HMAC(secret, "deepen-control-v5 frames agent->coordinator" (or "coordinator->agent")
+//              | server nonce | agent nonce | rank)
+// Fresh nonces make the keys fresh per connection: a frame recorded on another connection, or sent
+// back the other way, fails the check.
+struct FrameKeys {
+  Mac agent_to_coordinator{};
+  Mac coordinator_to_agent{};
+};
+FrameKeys frame_keys(const Secret& secret, const Nonce& server_nonce, const Nonce& agent_nonce, int32_t rank);
+
 // ---- Watchdog ---------------------------------------------------------------------------------
 enum class RankState { kNeverConnected, kConnected, kLost, kDone };
 

@@ -9,7 +9,7 @@
     python3 tests/slurm/cluster.py -- COMMAND...   # COMMAND with SLURM_CONF set, then waits for the
                                                    # queue to empty and stops the cluster
 
-Why each piece is as it is (measured facts: ../shared/SLURM.md):
+Why each piece is as it is (the measured facts: tests/slurm/README.md):
 - Everything (state, spool, logs, PID files, munge socket and key) lives in one fresh folder, and the
   ports are picked free, so old jobs never come back and two clusters can run side by side.
 - munged runs as the `munge` user with its own key and socket; slurm.conf points at that socket.
