@@ -30,8 +30,9 @@
 #   DEEPEN_RUN_DIR
 # Exit codes (config/input_error.h; docs/cluster.md has the table of faults): 0 done; 3 stopped for
 # requeue (the script requeues itself after SIGUSR1); 2 bad input; 4 the divergence guard stopped the
-# run; 5 the guard rolled back (requeued: the run resumes with a lower LR); anything else (1) is the
-# job's failure code. With DEEPEN_LAUNCHER=mpirun the code is the ranks' own, from
+# run; 5 the guard rolled back (requeued: the run resumes with a lower LR); 6 a rank or the
+# coordinator went silent: a node lost or cut off the network (requeued; nodes that cannot run a job
+# step are named and left out of the rerun); anything else (1) is the job's failure code. With DEEPEN_LAUNCHER=mpirun the code is the ranks' own, from
 # RUN_DIR/control/exit_code, which rank 0 writes when they leave (DEEPEN_EXIT_CODE_FILE).
 
 deepen_log() { echo "deepen slurm: $*" >&2; }
@@ -382,10 +383,39 @@ deepen_run_job() {
       deepen_log "stopped at a checkpoint; requeueing job ${SLURM_JOB_ID} (it resumes from $run_dir)"
       scontrol requeue "$SLURM_JOB_ID"
     fi
+  elif ((rc == 6)); then
+    # A rank or the coordinator went silent (launch: kExitUnreachable): a node lost or cut off. Which
+    # nodes of the allocation cannot run a job step now, named and left out of the rerun.
+    local lost
+    lost=$(deepen_unreachable_nodes "${nodes[@]}" | paste -sd, -)
+    if [[ -n $lost ]]; then
+      deepen_log "node(s) $lost of this job cannot run a job step (lost, or cut off the network)"
+    else
+      deepen_log "every node of this job runs a job step again (a link came back?)"
+    fi
+    if ((${SLURM_RESTART_COUNT:-0} >= ${DEEPEN_MAX_RESTARTS:-50})); then
+      deepen_log "a rank went silent; ${SLURM_RESTART_COUNT:-0} restarts already (DEEPEN_MAX_RESTARTS), not requeueing"
+    else
+      # Excluded while the job waits, so the rerun lands on the nodes left (or waits for others).
+      [[ -n $lost ]] && scontrol update jobid="$SLURM_JOB_ID" ExcNodeList="$lost" 2>/dev/null
+      deepen_log "a rank went silent (exit code 6); requeueing job ${SLURM_JOB_ID}${lost:+ without $lost} (it resumes from $run_dir)"
+      scontrol requeue "$SLURM_JOB_ID"
+    fi
   elif ((rc != 0)); then
     deepen_log "ranks failed with exit code $rc (see the abort message above); not requeueing"
   fi
   return "$rc"
+}
+
+# The nodes (arguments) that cannot run a one-task job step within DEEPEN_NODE_PROBE_S seconds
+# (default 30), one per line: a node whose slurmd is gone or that the network no longer reaches.
+deepen_unreachable_nodes() {
+  local n
+  for n in "$@"; do
+    (timeout "${DEEPEN_NODE_PROBE_S:-30}" srun --overlap --nodes=1 --ntasks=1 --nodelist="$n" --time=1 true \
+       > /dev/null 2>&1 || echo "$n") &
+  done
+  wait
 }
 
 # Finds the checkout: DEEPEN_HOME, else this file's folder's parent, else the submit folder (sbatch

@@ -13,6 +13,7 @@
 
 #include <boost/asio.hpp>
 
+#include "config/input_error.h"
 #include "dist/control/clock.h"
 #include "dist/control/framed_connection.h"
 #include "dist/control/hmac.h"
@@ -306,7 +307,8 @@ struct Agent::Impl {
     }
   }
 
-  void link_lost(const std::string& why, const std::string& likely = "its process died or its node failed") {
+  void link_lost(const std::string& why, const std::string& likely = "its process died or its node failed",
+                 int exit_code = kExitFailure) {
     if (link == Link::kClosed) return;
     link = Link::kClosed;
     conn->close();
@@ -322,8 +324,10 @@ struct Agent::Impl {
       log("the coordinator closed the job's control plane");
       return;
     }
-    do_abort(lost_coordinator("lost the control connection to the coordinator at " + endpoint.str() +
-                              " (" + why + "); " + likely));
+    AbortInfo info = lost_coordinator("lost the control connection to the coordinator at " + endpoint.str() +
+                                      " (" + why + "); " + likely);
+    info.exit_code = exit_code;
+    do_abort(info);
   }
 
   AbortInfo lost_coordinator(const std::string& what) const {
@@ -384,7 +388,10 @@ struct Agent::Impl {
       if (quiet > self->opt.watchdog_s) {
         char buf[64];
         std::snprintf(buf, sizeof buf, "%.1f s", quiet);
-        self->link_lost(std::string("silent for ") + buf + ", over control.watchdog_s");
+        // Silence with the connection open: the coordinator's node is lost or cut off (kExitUnreachable).
+        self->link_lost(std::string("silent for ") + buf + ", over control.watchdog_s",
+                        "its node is lost or unreachable from " + self->opt.host + " (a cut link), or it is frozen",
+                        kExitUnreachable);
         return;
       }
       self->arm_silence();
@@ -424,12 +431,12 @@ struct Agent::Impl {
     }
     cv.notify_all();
     if (opt.hard_exit_after_s >= 0) {
-      std::thread([grace = opt.hard_exit_after_s, message = info.message] {
+      std::thread([grace = opt.hard_exit_after_s, message = info.message, code = info.exit_code] {
         std::this_thread::sleep_for(from_seconds(grace));
-        std::fprintf(stderr, "deepen control: still alive %.1f s after the abort, exiting with code 1: %s\n",
-                     grace, message.c_str());
+        std::fprintf(stderr, "deepen control: still alive %.1f s after the abort, exiting with code %d: %s\n",
+                     grace, code, message.c_str());
         std::fflush(stderr);
-        std::_Exit(1);
+        std::_Exit(code);
       }).detach();
     }
     if (opt.on_abort) {

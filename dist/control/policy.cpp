@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string_view>
 
+#include "config/input_error.h"
 #include "dist/control/hmac.h"
 
 namespace deepen::control {
@@ -86,8 +87,10 @@ std::optional<AbortInfo> watchdog_verdict(std::span<const RankView> ranks, doubl
     }
   }
   if (oldest) {
-    return blame(*oldest, "no heartbeat for " + seconds(oldest->heartbeat_age_s) + limit +
-                              "; the process is frozen or its node unreachable");
+    AbortInfo info = blame(*oldest, "no heartbeat for " + seconds(oldest->heartbeat_age_s) + limit +
+                                        "; its node is lost or unreachable (a cut link), or the process is frozen");
+    info.exit_code = kExitUnreachable;
+    return info;
   }
   const RankView* first_stalled = nullptr;
   double least_stall = 0;
