@@ -14,6 +14,9 @@
 #   DEEPEN_MAX_RESTARTS     requeue at most this many times (default 50): a job that cannot make
 #                           progress must not cycle forever
 #   DEEPEN_TASKS_PER_NODE   tasks per node when Slurm does not say (dry runs)
+#   DEEPEN_NODE_PROBE_S     after exit code 6 (a silent rank: a node lost or cut off), how long a
+#                           one-task step on each node may take before that node counts as lost
+#                           (default 20); lost nodes are named and left out of the requeued job
 #   DEEPEN_GPU              1: the job computes on GPUs; 0: it does not; default: 1 when Slurm gave
 #                           the job GPUs (SLURM_JOB_GPUS, SLURM_GPUS_ON_NODE, SLURM_GPUS_PER_NODE or
 #                           SLURM_GPUS set) on a node with NVIDIA's driver tools (nvidia-smi; a test
@@ -408,11 +411,11 @@ deepen_run_job() {
 }
 
 # The nodes (arguments) that cannot run a one-task job step within DEEPEN_NODE_PROBE_S seconds
-# (default 30), one per line: a node whose slurmd is gone or that the network no longer reaches.
+# (default 20), one per line: a node whose slurmd is gone or that the network no longer reaches.
 deepen_unreachable_nodes() {
   local n
   for n in "$@"; do
-    (timeout "${DEEPEN_NODE_PROBE_S:-30}" srun --overlap --nodes=1 --ntasks=1 --nodelist="$n" --time=1 true \
+    (timeout "${DEEPEN_NODE_PROBE_S:-20}" srun --overlap --nodes=1 --ntasks=1 --nodelist="$n" --time=1 true \
        > /dev/null 2>&1 || echo "$n") &
   done
   wait

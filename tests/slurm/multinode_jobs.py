@@ -64,13 +64,21 @@ class Jobs:
         for kind, n in (("mpirun", ranks), ("one", 1)):
             d = os.path.join(self.work, f"multinode-ref-{tag}-{kind}")
             if not os.path.isdir(os.path.join(d, "final")):
-                shutil.rmtree(d, ignore_errors=True)
-                cmd = [self.deepen, "train", self.base, "--fresh", "--quiet", "--set", f'run.out_dir="{d}"']
+                # Trained under another name and renamed: tests running side by side may both make it.
+                tmp = f"{d}.tmp{os.getpid()}"
+                shutil.rmtree(tmp, ignore_errors=True)
+                cmd = [self.deepen, "train", self.base, "--fresh", "--quiet", "--set", f'run.out_dir="{tmp}"']
                 for s in list(COMMON) + list(sets) + list(extra_sets):
                     cmd += ["--set", s]
                 if n > 1:
                     cmd = ["mpirun", "-np", str(n), "--bind-to", "none"] + cmd
                 run(cmd, env=MPI_ENV)
+                if not os.path.isdir(os.path.join(d, "final")):
+                    shutil.rmtree(d, ignore_errors=True)  # an unfinished one of an earlier attempt
+                try:
+                    os.rename(tmp, d)
+                except OSError:  # made meanwhile by another test
+                    shutil.rmtree(tmp, ignore_errors=True)
             out[kind] = d
         return out
 
