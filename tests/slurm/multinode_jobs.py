@@ -317,7 +317,8 @@ class Jobs:
             env = dict(MPI_ENV, DEEPEN_BIN=self.deepen, DEEPEN_HOME=SOURCE, DEEPEN_RUN_DIR=os.path.join(out, "runs"))
             args = sum((["--set", s] for s in COMMON + sets), [])
             t0 = time.time()
-            job = c.sbatch(["--array=1-2", "--nodes=1", "--ntasks=2", "--exclusive", "--cpus-per-task=1",
+            job = c.sbatch(["--array=1-2", "--nodes=1", "--ntasks=2", "--ntasks-per-node=2", "--gpus-per-node=2",
+                            "--exclusive", "--cpus-per-task=1",
                             f"--output={out}/task-%a.out", "--time=10", os.path.join(SOURCE, "slurm", "study_array.sbatch"),
                             self.base, "--quiet"] + args, env=env, cwd=out)
             deadline = time.time() + 600
