@@ -167,14 +167,18 @@ class Faults(Jobs):
             if during_checkpoint:  # the moment a checkpoint's temporary folder appears
                 folder = os.path.join(run_dir, "checkpoints")
                 deadline = time.time() + 120
+                writing = []
                 while time.time() < deadline:
-                    if os.path.isdir(folder) and any(".tmp" in d for d in os.listdir(folder)):
+                    writing = [d for d in os.listdir(folder) if ".tmp" in d] if os.path.isdir(folder) else []
+                    if writing:
                         break
                     time.sleep(0.0005)
                 else:
                     raise AssertionError("no checkpoint was being written within 120 s")
+                c.link("n2", up=False)
+                return f"n2's link cut while {writing[0]} was being written"
             c.link("n2", up=False)
-            return "n2's link cut" + (" while a checkpoint was written" if during_checkpoint else " mid-step")
+            return "n2's link cut mid-step"
         text, info = self.fault_job(name, cut, restore=lambda c: c.link("n2", up=True), when=2 if during_checkpoint else 12)
         assert re.search(r"ABORT: rank \d on n\d .*(no heartbeat|silent for)", text), "no abort for the silence"
 
