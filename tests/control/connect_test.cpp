@@ -121,11 +121,7 @@ TEST(ControlConnect, CoordinatorCountersAreOnMetrics) {
   });
   // A wrong secret, garbage, and a connection over max_pending while one waits.
   const int fd = raw_connect(job.coord->endpoint().port);
-  const auto challenge = raw_read_message(fd, 5);
-  ASSERT_TRUE(challenge && std::holds_alternative<Challenge>(*challenge));
-  Auth forged{1, 2, 1, "evil", "", "", random_nonce(), {}};
-  forged.mac = agent_mac(generate_secret(), std::get<Challenge>(*challenge).nonce, forged);
-  raw_send(fd, encode_frame(forged));
+  ASSERT_TRUE(raw_forged_auth(fd));
   EXPECT_TRUE(closed_by_peer(fd, 5));
   ::close(fd);
   const int junk = raw_connect(job.coord->endpoint().port);

@@ -138,6 +138,17 @@ inline bool raw_agent_handshake(int fd, const Secret& secret, Auth auth, FrameKe
   return ok && std::holds_alternative<AuthOk>(*ok);
 }
 
+// What a stranger without the job's secret can send: after the Challenge on `fd`, a well-formed Auth
+// for rank 1 of 2 whose MAC is under another secret. False if no Challenge came.
+inline bool raw_forged_auth(int fd) {
+  const auto challenge = raw_read_message(fd, 5);
+  if (!challenge || !std::holds_alternative<Challenge>(*challenge)) return false;
+  Auth forged{1, 2, 1, "evil", "", "", random_nonce(), {}};
+  forged.mac = agent_mac(generate_secret(), std::get<Challenge>(*challenge).nonce, forged);
+  raw_send(fd, encode_frame(forged));
+  return true;
+}
+
 // An authenticated frame as FramedConnection writes it: prefix, body, HMAC(key, seq | body).
 inline std::vector<uint8_t> mac_frame(const Mac& key, uint64_t seq, const Message& m) {
   std::vector<uint8_t> frame = encode_frame(m);

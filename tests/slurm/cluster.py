@@ -55,6 +55,27 @@ def skip_if_unavailable():
         raise SystemExit(SKIP)
 
 
+# The slurm.conf keys every test cluster shares (tests/slurm/README.md says why each is there).
+SLURM_CONF_COMMON = """SlurmctldDebug=info
+SlurmdDebug=info
+MailProg=/bin/true
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+JobRequeue=1
+ReturnToService=2
+SchedulerParameters=sched_interval=5,bf_interval=5
+SlurmdParameters=config_overrides
+KillWait=5
+InactiveLimit=0
+MinJobAge=300
+"""
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -118,24 +139,7 @@ SlurmctldPidFile={d}/slurmctld.pid
 SlurmdPidFile={d}/slurmd.pid
 SlurmctldLogFile={d}/log/slurmctld.log
 SlurmdLogFile={d}/log/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-MailProg=/bin/true
-ProctrackType=proctrack/pgid
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-JobRequeue=1
-ReturnToService=2
-SchedulerParameters=sched_interval=5,bf_interval=5
-SlurmdParameters=config_overrides
-KillWait=5
-InactiveLimit=0
-MinJobAge=300
-GresTypes=gpu
+{SLURM_CONF_COMMON}GresTypes=gpu
 NodeName={self.node} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=4000 Gres=gpu:{self.cpus} State=UNKNOWN
 PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 """)

@@ -45,6 +45,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 from distributed_train import records  # noqa: E402
 from multinode_jobs import ROLES, STEPS, TERMINAL, Jobs  # noqa: E402
+from slurm_jobs import Jobs as SlurmJobs  # noqa: E402
 from nodes_cluster import NodesCluster, address, skip_if_unavailable  # noqa: E402
 
 WATCHDOG_S = 10.0  # multinode_jobs.COMMON's control.watchdog_s
@@ -55,16 +56,7 @@ CONNECT_S = 4.0  # unreachable-coordinator's control.watchdog_s, and so its conn
 
 
 class Faults(Jobs):
-    def wait_steps(self, c, job, run_dir, n, timeout=300):
-        deadline = time.time() + timeout
-        path = os.path.join(run_dir, "metrics.jsonl")
-        while time.time() < deadline:
-            if os.path.exists(path) and sum(1 for _ in open(path)) >= n:
-                return
-            state = c.job(job).get("JobState")
-            assert state not in TERMINAL, f"job {job} ended ({state}) before step {n}"
-            time.sleep(0.05)
-        raise AssertionError(f"job {job}: no {n} steps within {timeout} s\n" + c.logs())
+    wait_steps = staticmethod(SlurmJobs.wait_for_steps)
 
     @staticmethod
     def wait_gone(pids, timeout):

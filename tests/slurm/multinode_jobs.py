@@ -35,9 +35,9 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 from distributed_train import MPI_ENV, records, run  # noqa: E402
 from nodes_cluster import SUBNET, NodesCluster, address, skip_if_unavailable  # noqa: E402
+from slurm_jobs import TERMINAL  # noqa: E402
 
 SOURCE = os.path.abspath(os.path.join(HERE, "..", ".."))
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 STEPS = 30
 COMMON = ["curriculum.stage_steps=[10, 10, 10]", "checkpoint.every=5", "control.heartbeat_s=0.1",
           "control.watchdog_s=10"]

@@ -39,7 +39,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cluster import SKIP, Cluster, _alive, missing_reason as slurm_missing_reason, sbin  # noqa: E402
+from cluster import SKIP, SLURM_CONF_COMMON, Cluster, _alive, missing_reason as slurm_missing_reason, sbin  # noqa: E402
 
 NODES = ("n1", "n2", "n3")
 SUBNET = "192.0.2"  # TEST-NET-1: documentation addresses, never routed
@@ -278,24 +278,7 @@ SlurmctldPidFile={d}/slurmctld.pid
 SlurmdPidFile={d}/%n/slurmd.pid
 SlurmctldLogFile={d}/slurmctld.log
 SlurmdLogFile={d}/%n/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-MailProg=/bin/true
-ProctrackType=proctrack/pgid
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-JobRequeue=1
-ReturnToService=2
-SchedulerParameters=sched_interval=5,bf_interval=5
-SlurmdParameters=config_overrides
-KillWait=5
-InactiveLimit=0
-MinJobAge=300
-SlurmdTimeout=10
+{SLURM_CONF_COMMON}SlurmdTimeout=10
 GresTypes=gpu
 {nodes}PartitionName=debug Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 """)
