@@ -87,8 +87,20 @@ std::optional<AbortInfo> watchdog_verdict(std::span<const RankView> ranks, doubl
     }
   }
   if (oldest) {
+    // The other ranks of its host that are silent too: a lost node takes all of them (their roles
+    // say what the node held).
+    std::string also;
+    for (const RankView& r : ranks) {
+      if (&r == oldest || r.host != oldest->host || r.state != RankState::kConnected ||
+          r.heartbeat_age_s <= limits.watchdog_s)
+        continue;
+      also += (also.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r.rank) +
+              (r.role.empty() ? "" : " (" + r.role + ")");
+    }
+    if (!also.empty()) also = "; silent on " + oldest->host + " too: " + also;
     AbortInfo info = blame(*oldest, "no heartbeat for " + seconds(oldest->heartbeat_age_s) + limit +
-                                        "; its node is lost or unreachable (a cut link), or the process is frozen");
+                                        "; its node is lost or unreachable (a cut link), or the process is frozen" +
+                                        also);
     info.exit_code = kExitUnreachable;
     return info;
   }

@@ -352,6 +352,15 @@ TEST(ControlWatchdog, VerdictFollowsTheDocumentedOrderAndNamesRankHostStep) {
   ASSERT_TRUE(v.has_value());
   EXPECT_EQ(v->rank, 3);
   EXPECT_NE(v->message.find("no heartbeat for 15.0 s"), std::string::npos) << v->message;
+  EXPECT_EQ(v->exit_code, kExitUnreachable);
+  EXPECT_EQ(v->message.find("too:"), std::string::npos) << "rank 1 is on another host: " << v->message;
+  // A lost node: every silent rank of its host is named with its role.
+  ranks[1].host = "n3";
+  v = watchdog_verdict(ranks, 100, limits);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->rank, 3);
+  EXPECT_NE(v->message.find("; silent on n3 too: rank 1 (student 1)"), std::string::npos) << v->message;
+  ranks[1].host = "n1";
 
   // A failed Bye beats silence; a lost connection beats everything.
   ranks[0].state = RankState::kDone;
