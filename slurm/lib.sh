@@ -386,12 +386,19 @@ deepen_run_job() {
       deepen_log "stopped at a checkpoint; requeueing job ${SLURM_JOB_ID} (it resumes from $run_dir)"
       scontrol requeue "$SLURM_JOB_ID"
     fi
+  elif ((rc == 6)) && [[ $DEEPEN_GOT_SIGNAL == TERM ]]; then
+    # Slurm itself is ending the job: it found a node not responding (NODE_FAIL, which it requeues
+    # itself), or it was cancelled. Probing now would find every node gone with the allocation.
+    deepen_log "a rank went silent (exit code 6) and Slurm is ending the job (SIGTERM: a node failure it noticed, or scancel); not requeueing (Slurm decides)"
   elif ((rc == 6)); then
     # A rank or the coordinator went silent (launch: kExitUnreachable): a node lost or cut off. Which
     # nodes of the allocation cannot run a job step now, named and left out of the rerun.
     local lost
     lost=$(deepen_unreachable_nodes "${nodes[@]}" | paste -sd, -)
-    if [[ -n $lost ]]; then
+    if [[ -n $lost && $lost == $(deepen_unreachable_nodes_all "${nodes[@]}") ]]; then
+      deepen_log "no node of this job can run a job step (the allocation is ending?); requeueing without excluding any"
+      lost=""
+    elif [[ -n $lost ]]; then
       deepen_log "node(s) $lost of this job cannot run a job step (lost, or cut off the network)"
     else
       deepen_log "every node of this job runs a job step again (a link came back?)"
@@ -410,6 +417,9 @@ deepen_run_job() {
   return "$rc"
 }
 
+# The nodes (arguments) as deepen_unreachable_nodes lists them when none answers: all of them.
+deepen_unreachable_nodes_all() { printf '%s\n' "$@" | sort | paste -sd, -; }
+
 # The nodes (arguments) that cannot run a one-task job step within DEEPEN_NODE_PROBE_S seconds
 # (default 20), one per line: a node whose slurmd is gone or that the network no longer reaches.
 deepen_unreachable_nodes() {
@@ -417,7 +427,7 @@ deepen_unreachable_nodes() {
   for n in "$@"; do
     (timeout "${DEEPEN_NODE_PROBE_S:-20}" srun --overlap --nodes=1 --ntasks=1 --nodelist="$n" --time=1 true \
        > /dev/null 2>&1 || echo "$n") &
-  done
+  done | sort
   wait
 }
 

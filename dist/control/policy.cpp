@@ -87,12 +87,12 @@ std::optional<AbortInfo> watchdog_verdict(std::span<const RankView> ranks, doubl
     }
   }
   if (oldest) {
-    // The other ranks of its host that are silent too: a lost node takes all of them (their roles
-    // say what the node held).
+    // The other ranks of its host silent for over half the limit too (they went silent at the same
+    // moment, a beat apart): a lost node takes all of them, and their roles say what it held.
     std::string also;
     for (const RankView& r : ranks) {
       if (&r == oldest || r.host != oldest->host || r.state != RankState::kConnected ||
-          r.heartbeat_age_s <= limits.watchdog_s)
+          r.heartbeat_age_s <= limits.watchdog_s / 2)
         continue;
       also += (also.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r.rank) +
               (r.role.empty() ? "" : " (" + r.role + ")");

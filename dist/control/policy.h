@@ -86,8 +86,8 @@ struct WatchdogLimits {
 //  2. a rank said Bye with an exit code other than 0 or 3 (it failed)        -> blame that rank
 //  3. a connected rank's last heartbeat is older than watchdog_s             -> blame the oldest
 //     (its agent thread beats independently of training, so silence means the process is frozen,
-//     stopped or unreachable, not merely busy), naming the other silent ranks of its host and their
-//     roles (a lost node takes them all); exit code kExitUnreachable
+//     stopped or unreachable, not merely busy), naming the ranks of its host silent for over
+//     watchdog_s / 2 and their roles (a lost node takes them all); exit code kExitUnreachable
 //  4. no connected rank made progress for watchdog_s                          -> blame the rank
 //     stalled longest. Job-wide on purpose: ranks wait on each other in collectives, so one hung
 //     rank soon stalls all; the first one to stop is the culprit, and a rank legitimately waiting
