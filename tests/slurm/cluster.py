@@ -48,8 +48,9 @@ def missing_reason():
     return None
 
 
-def skip_if_unavailable():
-    reason = missing_reason()
+def skip_if_unavailable(missing=None):
+    """Exits 77 (ctest's skip) with the reason when `missing` (default: missing_reason) finds one."""
+    reason = (missing or missing_reason)()
     if reason:
         print(f"SKIP: {reason}")
         raise SystemExit(SKIP)
@@ -91,7 +92,12 @@ class Cluster:
         # NodeName = the host name, as on a real cluster: Open MPI's mpirun then sees the allocation
         # as this host (a different NodeName makes it launch an orted "remotely" on itself).
         self.cpus, self.node = cpus, node or socket.gethostname().split(".")[0]
-        self.dir = tempfile.mkdtemp(prefix="deepen-slurm-")
+        self._make_folder(tempfile.mkdtemp(prefix="deepen-slurm-"))
+        self.client = []  # prefix of every Slurm client command (nodes_cluster.py: enter the first node)
+
+    def _make_folder(self, folder):
+        """The cluster's folder, its slurm.conf's path, the clients' environment."""
+        self.dir = folder
         os.chmod(self.dir, 0o755)  # munged (user munge) must reach its subfolder
         self.conf = os.path.join(self.dir, "slurm.conf")
         self.env = dict(os.environ, SLURM_CONF=self.conf)
@@ -99,7 +105,6 @@ class Cluster:
             if k.startswith("SLURM_") and k != "SLURM_CONF":
                 del self.env[k]
         self.pids = {}
-        self.client = []  # prefix of every Slurm client command (nodes_cluster.py: enter the first node)
 
     # ---- lifecycle ----
     def __enter__(self):

@@ -39,7 +39,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cluster import SKIP, SLURM_CONF_COMMON, Cluster, _alive, missing_reason as slurm_missing_reason, sbin  # noqa: E402
+from cluster import SLURM_CONF_COMMON, Cluster, _alive, missing_reason as slurm_missing_reason, sbin  # noqa: E402
+from cluster import skip_if_unavailable as slurm_skip_if_unavailable  # noqa: E402
 
 NODES = ("n1", "n2", "n3")
 SUBNET = "192.0.2"  # TEST-NET-1: documentation addresses, never routed
@@ -70,10 +71,7 @@ def missing_reason():
 
 
 def skip_if_unavailable():
-    reason = missing_reason()
-    if reason:
-        print(f"SKIP: {reason}")
-        raise SystemExit(SKIP)
+    slurm_skip_if_unavailable(missing_reason)
 
 
 def _holders():
@@ -149,14 +147,7 @@ class NodesCluster(Cluster):
         self.nodes = list(nodes)
         self.cpus = cpus
         self.node = self.nodes[0]
-        self.dir = tempfile.mkdtemp(prefix="deepen-nodes-", dir=BASE)
-        os.chmod(self.dir, 0o755)
-        self.conf = os.path.join(self.dir, "slurm.conf")
-        self.env = dict(os.environ, SLURM_CONF=self.conf)
-        for k in list(self.env):
-            if k.startswith("SLURM_") and k != "SLURM_CONF":
-                del self.env[k]
-        self.pids = {}
+        self._make_folder(tempfile.mkdtemp(prefix="deepen-nodes-", dir=BASE))
         self.holders = {}  # node (or "switch") -> holder pid
         self.client = []
         self.tag = f"d{os.getpid() % 100000}"  # veth names while in this namespace: unique per cluster
