@@ -14,6 +14,7 @@
 
 #include <boost/asio.hpp>
 
+#include "config/input_error.h"
 #include "dist/control/clock.h"
 #include "dist/control/framed_connection.h"
 #include "dist/control/hmac.h"
@@ -40,6 +41,7 @@ struct Agent::Impl {
   asio::steady_timer silence_timer{io};
   asio::steady_timer retry_timer{io};
   asio::steady_timer handshake_timer{io};
+  asio::steady_timer connect_timer{io};   // the connect deadline, whatever is in flight then
   asio::steady_timer leave_timer{io};
   std::optional<asio::signal_set> signals;
   std::thread thread;
@@ -51,6 +53,7 @@ struct Agent::Impl {
   Clock::time_point last_heard;
   double retry_s = 0.05;
   std::string last_connect_error;
+  int busy_turned_away = 0;           // connections the coordinator closed before its Challenge
   bool leaving = false;               // our own shutdown(): closing is no failure
   bool coordinator_said_shutdown = false;
   Nonce nonce{};
@@ -99,6 +102,10 @@ struct Agent::Impl {
       return;
     }
     Impl* self = this;
+    std::string addresses;
+    for (const auto& r : results) addresses += (addresses.empty() ? "" : ", ") + r.endpoint().address().to_string();
+    last_connect_error = "no answer from " + endpoint.host + " (" + addresses +
+                         "): a cut link, a firewall, or an address this node cannot reach";
     asio::async_connect(socket, results, [self](const error_code& ec, const tcp::endpoint&) {
       if (self->link != Link::kConnecting) return;
       if (ec) {
@@ -121,8 +128,8 @@ struct Agent::Impl {
     error_code ignore;
     socket.close(ignore);
     if (Clock::now() + from_seconds(retry_s) > connect_deadline) {
-      fail_connect("cannot connect within " + std::to_string(opt.connect_timeout_s) + " s: " + error +
-                   " (is DEEPEN_COORDINATOR right, and the coordinator's rank alive?)");
+      fail_connect("cannot connect within control connect timeout " + seconds_text(opt.connect_timeout_s) + ": " +
+                   error + " (is DEEPEN_COORDINATOR right, and the coordinator's rank alive?)");
       return;
     }
     retry_timer.expires_after(from_seconds(retry_s));
@@ -133,16 +140,38 @@ struct Agent::Impl {
     });
   }
 
+  // The connect timeout bounds everything before the link is up: a connect that the network never
+  // answers (a cut link drops the SYN; the kernel would retry for minutes) ends here with a named error.
+  void arm_connect_deadline() {
+    connect_timer.expires_at(connect_deadline);
+    Impl* self = this;
+    connect_timer.async_wait([self](const error_code& ec) {
+      if (ec || (self->link != Link::kConnecting && self->link != Link::kHandshake)) return;
+      self->fail_connect("cannot connect within control connect timeout " + seconds_text(self->opt.connect_timeout_s) +
+                         ": " + (self->link == Link::kHandshake ? "no handshake from the coordinator"
+                                                                 : self->last_connect_error));
+    });
+  }
+
+  static std::string seconds_text(double s) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f s", s);
+    return buf;
+  }
+
   void fail_connect(const std::string& why) {
     link = Link::kClosed;
     error_code ignore;
     socket.close(ignore);
     if (conn) conn->close();
     handshake_timer.cancel();
+    retry_timer.cancel();
+    connect_timer.cancel();
     {
       std::lock_guard lock(mu);
       connect_state = Connect::kFailed;
-      connect_error = "rank " + std::to_string(opt.rank) + ": coordinator at " + endpoint.str() + ": " + why;
+      connect_error = "rank " + std::to_string(opt.rank) + " on " + opt.host + ": coordinator at " + endpoint.str() +
+                      ": " + why;
     }
     cv.notify_all();
   }
@@ -151,6 +180,10 @@ struct Agent::Impl {
     link = Link::kReady;
     conn->allow_full_frames();
     handshake_timer.cancel();
+    connect_timer.cancel();
+    if (busy_turned_away > 0)
+      log("connected to the coordinator after it turned " + std::to_string(busy_turned_away) +
+          " connection(s) away as busy");
     last_heard = Clock::now();
     {
       std::lock_guard lock(mu);
@@ -186,7 +219,20 @@ struct Agent::Impl {
       finish_leaving();
     } else if (link == Link::kHandshake) {
       const bool peer_closed = cause == CloseCause::kPeerClosed || cause == CloseCause::kReadFailed;
-      if (cause == CloseCause::kProtocolError) {
+      if (peer_closed && !auth_sent) {
+        // Closed before its Challenge: the coordinator has control.max_pending unauthenticated
+        // connections waiting (a burst of ranks from other nodes, or a local client holding them)
+        // and turns new ones away at once. Busy, not wrong: connect again within the timeout.
+        handshake_timer.cancel();
+        conn.reset();
+        link = Link::kConnecting;
+        if (busy_turned_away++ == 0)
+          log("the coordinator at " + endpoint.str() + " is busy (it closed the connection before its challenge: "
+              "too many unauthenticated connections waiting); retrying for up to " +
+              seconds_text(opt.connect_timeout_s) + " from the first attempt");
+        retry_or_fail("busy: the coordinator turned the connection away " + std::to_string(busy_turned_away) +
+                      " time(s) before its challenge (control.max_pending unauthenticated connections waiting)");
+      } else if (cause == CloseCause::kProtocolError) {
         fail_connect("protocol error during the handshake: " + why);
       } else if (peer_closed && auth_sent) {
         fail_connect("closed the connection during the handshake: wrong job secret, rank already connected, "
@@ -225,6 +271,8 @@ struct Agent::Impl {
                         : std::string("expected AuthOk, got ") + message_name(m));
         return;
       }
+      const FrameKeys keys = frame_keys(opt.secret, server_nonce, nonce, opt.rank);
+      conn->authenticate_frames(keys.agent_to_coordinator, keys.coordinator_to_agent);
       became_ready();
       return;
     }
@@ -288,7 +336,8 @@ struct Agent::Impl {
     return std::any_of(served.begin(), served.end(), [&](const ServedRun& r) { return r.name == run; });
   }
 
-  void link_lost(const std::string& why, const std::string& likely = "its process died or its node failed") {
+  void link_lost(const std::string& why, const std::string& likely = "its process died or its node failed",
+                 int exit_code = kExitFailure) {
     if (link == Link::kClosed) return;
     link = Link::kClosed;
     conn->close();
@@ -304,8 +353,10 @@ struct Agent::Impl {
       log("the coordinator closed the job's control plane");
       return;
     }
-    do_abort(lost_coordinator("lost the control connection to the coordinator at " + endpoint.str() +
-                              " (" + why + "); " + likely));
+    AbortInfo info = lost_coordinator("lost the control connection to the coordinator at " + endpoint.str() +
+                                      " (" + why + "); " + likely);
+    info.exit_code = exit_code;
+    do_abort(info);
   }
 
   AbortInfo lost_coordinator(const std::string& what) const {
@@ -366,7 +417,10 @@ struct Agent::Impl {
       if (quiet > self->opt.watchdog_s) {
         char buf[64];
         std::snprintf(buf, sizeof buf, "%.1f s", quiet);
-        self->link_lost(std::string("silent for ") + buf + ", over control.watchdog_s");
+        // Silence with the connection open: the coordinator's node is lost or cut off (kExitUnreachable).
+        self->link_lost(std::string("silent for ") + buf + ", over control.watchdog_s",
+                        "its node is lost or unreachable from " + self->opt.host + " (a cut link), or it is frozen",
+                        kExitUnreachable);
         return;
       }
       self->arm_silence();
@@ -407,12 +461,12 @@ struct Agent::Impl {
     }
     cv.notify_all();
     if (opt.hard_exit_after_s >= 0) {
-      std::thread([grace = opt.hard_exit_after_s, message = info.message] {
+      std::thread([grace = opt.hard_exit_after_s, message = info.message, code = info.exit_code] {
         std::this_thread::sleep_for(from_seconds(grace));
-        std::fprintf(stderr, "deepen control: still alive %.1f s after the abort, exiting with code 1: %s\n",
-                     grace, message.c_str());
+        std::fprintf(stderr, "deepen control: still alive %.1f s after the abort, exiting with code %d: %s\n",
+                     grace, code, message.c_str());
         std::fflush(stderr);
-        std::_Exit(1);
+        std::_Exit(code);
       }).detach();
     }
     if (opt.on_abort) {
@@ -442,6 +496,7 @@ void Agent::connect(const Endpoint& coordinator) {
   asio::post(im.io, [&im, coordinator] {
     im.endpoint = coordinator;
     im.connect_deadline = Clock::now() + from_seconds(im.opt.connect_timeout_s);
+    im.arm_connect_deadline();
     if (im.opt.handle_signals && !im.signals) {
       im.signals.emplace(im.io, SIGTERM, SIGUSR1);
       im.arm_signals();
@@ -542,6 +597,7 @@ void Agent::shutdown(int exit_code, const std::string& message) {
     im.heartbeat_timer.cancel();
     im.silence_timer.cancel();
     im.retry_timer.cancel();
+    im.connect_timer.cancel();
     if (im.link == Impl::Link::kReady) {
       im.send_heartbeat();  // the coordinator's last view is the final step, not one a beat old
       im.send(Bye{exit_code, message.substr(0, kMaxStringBytes)});

@@ -236,7 +236,10 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
     }
     const std::string who = authed_ ? "rank " + std::to_string(rank_) : conn_->remote();
     owner_.log_limited("protocol error from " + who + ": " + what);
-    close(what);
+    conn_->close();
+    // An authenticated rank's stream that breaks the protocol (a frame whose MAC fails: injected or
+    // altered on the way) is lost as that rank: the job aborts naming it and why, instead of acting on it.
+    finish(what, authed_ ? "protocol error on its control connection (" + what + ")" : "");
   }
 
   void dispatch(Message m) {
@@ -340,6 +343,8 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
     auth_timer_.cancel();
     --owner_.pending;
     send(AuthOk{coordinator_mac(owner_.opt.secret, server_nonce_, auth.nonce, auth.rank)});
+    const FrameKeys keys = frame_keys(owner_.opt.secret, server_nonce_, auth.nonce, auth.rank);
+    conn_->authenticate_frames(keys.coordinator_to_agent, keys.agent_to_coordinator);
     // A rank that joins late still learns what the others already know.
     if (aborted) {
       send(abort_frame(*aborted));
@@ -370,7 +375,8 @@ std::string Coordinator::Impl::public_render() const {
   std::lock_guard lock(mu);
   std::optional<int64_t> stop;  // the latest step any run stops at (one run: its stop step)
   for (const auto& [run, step] : decided) stop = std::max(stop.value_or(kStopAtFirstStep), step);
-  return render_prometheus(snapshot_locked(Clock::now()), stop, abort_info.has_value());
+  return render_prometheus(snapshot_locked(Clock::now()), stop, abort_info.has_value()) +
+         render_coordinator_counters(counters);
 }
 
 void Coordinator::Impl::start() {

@@ -39,7 +39,7 @@ struct CoordinatorOptions {
   std::function<void(const std::string&)> log;  // one line per event; default: stderr
 };
 
-// Counters, for tests and the coordinator's own /metrics lines.
+// Counters, for tests and the coordinator's own /metrics lines (render_coordinator_counters).
 struct CoordinatorStats {
   uint64_t accepted = 0;         // TCP connections accepted
   uint64_t authenticated = 0;
@@ -94,5 +94,11 @@ class Coordinator {
 // clash with a built-in family get a "metric_" prefix.
 std::string render_prometheus(const std::vector<RankView>& ranks, std::optional<int64_t> stop_step,
                               bool aborted);
+
+// The coordinator's own counters (CoordinatorStats) as Prometheus counters, appended to /metrics:
+// deepen_control_connections_total{outcome=...} and deepen_control_http_requests_total. What an
+// operator watches when the coordinator listens on a cluster network: rejected_auth and
+// protocol_errors count strangers and forgeries, refused_busy a flood, timed_out half-open peers.
+std::string render_coordinator_counters(const CoordinatorStats& stats);
 
 }  // namespace deepen::control

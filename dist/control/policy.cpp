@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string_view>
 
+#include "config/input_error.h"
 #include "dist/control/hmac.h"
 
 namespace deepen::control {
@@ -44,6 +45,15 @@ Mac coordinator_mac(const Secret& secret, const Nonce& server_nonce, const Nonce
 
 Nonce random_nonce() { return generate_secret(); }
 
+FrameKeys frame_keys(const Secret& secret, const Nonce& server_nonce, const Nonce& agent_nonce, int32_t rank) {
+  const uint8_t r[4] = {uint8_t(uint32_t(rank) >> 24), uint8_t(uint32_t(rank) >> 16),
+                        uint8_t(uint32_t(rank) >> 8), uint8_t(rank)};
+  const std::span<const uint8_t> rank_bytes(r, 4);
+  return FrameKeys{
+      hmac_sha256(secret, {bytes("deepen-control-v5 frames agent->coordinator"), server_nonce, agent_nonce, rank_bytes}),
+      hmac_sha256(secret, {bytes("deepen-control-v5 frames coordinator->agent"), server_nonce, agent_nonce, rank_bytes})};
+}
+
 std::string describe_rank(const RankView& r) {
   std::string s = "rank " + std::to_string(r.rank) + " on " + (r.host.empty() ? "?" : r.host);
   std::string detail = r.run.empty() ? r.role : "run " + r.run + ", " + r.role;
@@ -79,8 +89,22 @@ std::optional<AbortInfo> watchdog_verdict(std::span<const RankView> ranks, doubl
     }
   }
   if (oldest) {
-    return blame(*oldest, "no heartbeat for " + seconds(oldest->heartbeat_age_s) + limit +
-                              "; the process is frozen or its node unreachable");
+    // The other ranks of its host silent for over half the limit too (they went silent at the same
+    // moment, a beat apart): a lost node takes all of them, and their roles say what it held.
+    std::string also;
+    for (const RankView& r : ranks) {
+      if (&r == oldest || r.host != oldest->host || r.state != RankState::kConnected ||
+          r.heartbeat_age_s <= limits.watchdog_s / 2)
+        continue;
+      also += (also.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r.rank) +
+              (r.role.empty() ? "" : " (" + r.role + ")");
+    }
+    if (!also.empty()) also = "; silent on " + oldest->host + " too: " + also;
+    AbortInfo info = blame(*oldest, "no heartbeat for " + seconds(oldest->heartbeat_age_s) + limit +
+                                        "; its node is lost or unreachable (a cut link), or the process is frozen" +
+                                        also);
+    info.exit_code = kExitUnreachable;
+    return info;
   }
   const RankView* first_stalled = nullptr;
   double least_stall = 0;

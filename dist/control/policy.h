@@ -36,6 +36,18 @@ Mac coordinator_mac(const Secret& secret, const Nonce& server_nonce, const Nonce
                     int32_t rank);
 Nonce random_nonce();  // 32 bytes from OpenSSL's RAND_bytes, as generate_secret()
 
+// Every frame after the handshake carries a MAC (framed_connection.h), under a key per direction
+// that only this connection's two ends can make:
+//   key = HMAC(secret, "deepen-control-v5 frames agent->coordinator" (or "coordinator->agent")
+//              | server nonce | agent nonce | rank)
+// Fresh nonces make the keys fresh per connection: a frame recorded on another connection, or sent
+// back the other way, fails the check.
+struct FrameKeys {
+  Mac agent_to_coordinator{};
+  Mac coordinator_to_agent{};
+};
+FrameKeys frame_keys(const Secret& secret, const Nonce& server_nonce, const Nonce& agent_nonce, int32_t rank);
+
 // ---- Watchdog ---------------------------------------------------------------------------------
 enum class RankState { kNeverConnected, kConnected, kLost, kDone };
 
@@ -77,7 +89,8 @@ struct WatchdogLimits {
 //     the run left the job on its own, as a finished run does) are that run's outcome, not the job's
 //  3. a connected rank's last heartbeat is older than watchdog_s             -> blame the oldest
 //     (its agent thread beats independently of training, so silence means the process is frozen,
-//     stopped or unreachable, not merely busy)
+//     stopped or unreachable, not merely busy), naming the ranks of its host silent for over
+//     watchdog_s / 2 and their roles (a lost node takes them all); exit code kExitUnreachable
 //  4. no connected rank made progress for watchdog_s                          -> blame the rank
 //     stalled longest. Job-wide on purpose: ranks wait on each other in collectives, so one hung
 //     rank soon stalls all; the first one to stop is the culprit, and a rank legitimately waiting

@@ -17,8 +17,11 @@ namespace deepen::control {
 // big-endian, strings are a u16 length and bytes, nonces and MACs are 32 raw bytes, the metric map is
 // a u16 count of (string, double). The parser rejects anything else (unknown type, short or
 // trailing bytes, over-long strings): a peer that sends it gets its connection closed.
-inline constexpr uint16_t kProtocolVersion = 5;  // 2: Auth carries the run; 3: Abort carries the exit code;
-                                                 // 4: Heartbeat.activity, waiting_in; 5: stops per run
+inline constexpr uint16_t kProtocolVersion = 6;  // 2: Auth carries the run; 3: Abort carries the exit code;
+                                                 // 4: Heartbeat.activity, waiting_in; 5: a MAC on every
+                                                 // frame after the handshake (framed_connection.h);
+                                                 // 6: stops per run
+inline constexpr uint32_t kFrameMacBytes = 32;   // HMAC-SHA256 after the body of each such frame
 inline constexpr uint32_t kMaxFrameBytes = 64 * 1024;  // body bytes after the authenticated handshake
 inline constexpr uint32_t kMaxHandshakeBytes = 1024;   // body bytes before it: Auth is small
 inline constexpr size_t kMaxStringBytes = 4096;        // host names, phases, reasons, messages

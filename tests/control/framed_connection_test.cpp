@@ -27,7 +27,7 @@ using namespace test_support;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
-constexpr size_t kSmallestBound = kMaxFrameBytes + 4;  // one largest frame
+constexpr size_t kSmallestBound = kMaxFrameBytes + 4 + kFrameMacBytes;  // one largest frame
 
 // A FramedConnection on one end of a loopback TCP pair, driven on the test's thread (pump() runs its
 // io_context); the far end is a plain socket the test reads, writes or ignores.

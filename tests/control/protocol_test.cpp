@@ -352,6 +352,16 @@ TEST(ControlWatchdog, VerdictFollowsTheDocumentedOrderAndNamesRankHostStep) {
   ASSERT_TRUE(v.has_value());
   EXPECT_EQ(v->rank, 3);
   EXPECT_NE(v->message.find("no heartbeat for 15.0 s"), std::string::npos) << v->message;
+  EXPECT_EQ(v->exit_code, kExitUnreachable);
+  EXPECT_EQ(v->message.find("too:"), std::string::npos) << "rank 1 is on another host: " << v->message;
+  // A lost node: every rank of its host silent for over half the limit is named with its role.
+  ranks[1].host = "n3";
+  ranks[1].heartbeat_age_s = 9.9;  // went silent with rank 3, a beat later
+  v = watchdog_verdict(ranks, 100, limits);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->rank, 3);
+  EXPECT_NE(v->message.find("; silent on n3 too: rank 1 (student 1)"), std::string::npos) << v->message;
+  ranks[1].host = "n1";
 
   // A failed Bye beats silence; a lost connection beats everything.
   ranks[0].state = RankState::kDone;

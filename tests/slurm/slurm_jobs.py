@@ -141,7 +141,7 @@ class Jobs:
             # The bound: the watchdog declares a silent rank dead after control.watchdog_s; every
             # rank then exits at the latest watchdog_s / 2 later (its hard exit,
             # launch/job_control.cpp); Slurm needs about a second to see the step and the batch
-            # script end (jobs here start in 0.3 s, SLURM.md).
+            # script end (jobs here start in 0.3 s, tests/slurm/README.md).
             bound = WATCHDOG_S + WATCHDOG_S / 2 + 2
             assert took <= bound, f"the job took {took:.1f} s to end after the kill (bound {bound} s)"
             named = re.compile(rf"rank {rank} on \S+ \(.*\), (last step \d+|before its first step)")
