@@ -181,6 +181,8 @@ TEST(ControlStop, ARunLeavingAloneLeavesTheOthersRunning) {
   EXPECT_EQ(j.job.coord->stop_steps(), (RunSteps{{"a", 53}, {"b", 102}}));
   j.b->shutdown(kExitRequeue);
   j.teacher->shutdown(kExitRequeue);
+  // The coordinator reads the Byes on its own thread; the host waits for them all the same way.
+  ASSERT_TRUE(eventually([&] { return job_exit_code(j.job.coord->ranks()).has_value(); }, 10)) << j.job.log.all();
   EXPECT_EQ(job_exit_code(j.job.coord->ranks()), kExitRequeue) << "b still needs the requeue";
 }
 

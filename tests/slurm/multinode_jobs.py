@@ -18,6 +18,9 @@ Exit 77 (skip) with the reason where Slurm, root or namespaces are missing. Case
                   each under srun and under DEEPEN_LAUNCHER=mpirun (four jobs, one cluster)
   mpirun-hosts    mpirun without Slurm: a host file (n1, n2) and an rsh agent that enters the node's
                   namespaces, Open MPI's listeners restricted to the cluster network (docs/cluster.md)
+  group           a shared teacher's group across hosts (slurm/run.sbatch group FILE, -N 2 x 2 tasks): the
+                  2-stage teacher on n1, the students of its two runs (pre- and post-norm, one each) on
+                  n2; each run equal to the same run by hand on one host
   study-array     slurm/study_array.sbatch --array=1-2 with --exclusive: the two seeds' jobs run at the
                   same time on different nodes, each equal to its seed by hand
 """
@@ -142,15 +145,17 @@ class Jobs:
                         break
         return where, pids
 
-    def transport(self, c, nodes, run_dir, world, log=None):
+    def transport(self, c, nodes, run_dir, world, log=None, started=None):
         """While the job runs: each rank's node; its TCP connections to ranks on other nodes (MPI's, apart
         from the control plane's to the coordinator's port); MPI TCP connections inside a node (there
-        must be none: shared memory carries those); the shared-memory segments of each node."""
+        must be none: shared memory carries those); the shared-memory segments of each node. run_dir is
+        what the ranks' command lines name (a group: its file); started, the file that says they train."""
+        started = started or os.path.join(run_dir, "metrics.jsonl")
         deadline = time.time() + 120
         where = {}
         while time.time() < deadline:
             where, pids = self.ranks_on_nodes(c, nodes, run_dir)
-            if len(where) == world and os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
+            if len(where) == world and os.path.exists(started):
                 break
             time.sleep(0.2)
         assert len(where) == world, f"found ranks {sorted(where)} of {world} on {nodes}"
@@ -310,6 +315,52 @@ class Jobs:
             self.report_transport(what, where, across, shm, before, after, expect_across=[1, 2, 3])
             self.compare(run_dir, refs, what)
 
+    def group(self):
+        """A shared teacher's group across hosts: the teacher's two stages on n1 (ranks 0, 1), the students
+        of its two runs on n2 (rank 2: run pre, rank 3: run post). The teacher's last stage sends each run
+        its logits over the link; each run ends equal to the same run by hand on one host (bit for bit: a
+        run computes the same in a group as alone) and to one process within TOL_ONE_PROCESS."""
+        out = os.path.join(self.work, "multinode-group")
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        shape = ["parallel.teacher_stages=2", "parallel.students=1"]
+        runs = [("pre", ['student.norm="pre"']), ("post", ['student.norm="post"'])]
+        refs = {name: self.by_hand(f"group-{name}", shape + sets, 3) for name, sets in runs}
+        path = os.path.join(out, "group.toml")
+        with open(path, "w") as f:
+            f.write(f'[group]\nname = "across"\nout_dir = "{out}/job"\n')
+            for name, sets in runs:
+                members = COMMON + shape + [f'run.name="{name}"', f'run.out_dir="{out}/{name}"'] + sets
+                f.write(f'\n[[run]]\nconfig = "{self.base}"\nset = [' + ", ".join(json.dumps(x) for x in members) + "]\n")
+        log = os.path.join(out, "job.out")
+        with NodesCluster() as c:
+            nodes = c.nodes[:2]
+            before = self.eth0_bytes(c, nodes)
+            t0 = time.time()
+            job = c.sbatch(["--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--gpus-per-node=2", "--cpus-per-task=1",
+                            f"--output={log}", "--time=10", os.path.join(SOURCE, "slurm", "run.sbatch"), "group", path,
+                            "--quiet"],
+                           env=dict(MPI_ENV, DEEPEN_BIN=self.deepen, DEEPEN_HOME=SOURCE, **OMPI_NET), cwd=out)
+            where, across, shm = self.transport(c, nodes, path, 4, log, started=os.path.join(out, "pre", "metrics.jsonl"))
+            info = c.wait_state(job, TERMINAL, timeout=600)
+            took = time.time() - t0
+            after = self.eth0_bytes(c, nodes)
+        text = open(log).read()
+        assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", \
+            f"group job {job}: {info['JobState']} {info['ExitCode']}\n{text[-4000:]}"
+        what = f"group of two runs across n1, n2 (job {job}, srun, {took:.1f} s)"
+        printed = self.printed_map(text)
+        print(f"{what}: rank -> host -> role as slurm/lib.sh printed it: " +
+              ", ".join(f"{r} -> {h} ({role})" for r, (h, role) in sorted(printed.items())))
+        assert {r: h for r, (h, _) in printed.items()} == where, f"{what}: printed map {printed}, ranks ran {where}"
+        assert where == {0: "n1", 1: "n1", 2: "n2", 3: "n2"}, f"{what}: ranks ran {where}"
+        assert [printed[r][1].split()[0] for r in range(4)] == ["teacher", "teacher", "student", "student"], printed
+        assert f"coordinator {nodes[0]}" in text, f"{what}: the coordinator must be on the first node:\n{text[-2000:]}"
+        # The last stage (rank 1) sends both runs' logits across; the runs' students share nothing.
+        self.report_transport(what, where, across, shm, before, after, expect_across=[1, 2, 3])
+        for name, _ in runs:
+            self.compare(os.path.join(out, name), refs[name], f"{what}: run {name}")
+
     def study_array(self):
         seeds = (1, 2)
         sets = ["parallel.teacher_stages=1", "parallel.students=1"]  # 2 ranks per element
@@ -356,7 +407,7 @@ def main():
     a = ap.parse_args()
     skip_if_unavailable()
     j = Jobs(a.deepen, a.work)
-    {"launch": j.launch, "mpirun-hosts": j.mpirun_hosts, "study-array": j.study_array}[a.case]()
+    {"launch": j.launch, "mpirun-hosts": j.mpirun_hosts, "group": j.group, "study-array": j.study_array}[a.case]()
 
 
 if __name__ == "__main__":
