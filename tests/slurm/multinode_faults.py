@@ -77,6 +77,7 @@ class Faults(Jobs):
                 f"job {job} ended instead of requeueing:\n{open(log).read()[-3000:]}"
             time.sleep(0.2)
         c.wait_state(job, {"PENDING", "RUNNING"} | TERMINAL, timeout=120, poll=0.2)
+        time.sleep(2.0)  # a launch within the requeue's second is refused (slurm_jobs.py, wait_requeued)
         c.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False)
         info = c.wait_state(job, TERMINAL, timeout=timeout)
         text = open(log).read()

@@ -199,6 +199,7 @@ class Jobs:
             else:
                 # A requeued job waits in PENDING (BeginTime) ~14 s here; release it once pending.
                 c.wait_state(job, {"PENDING", "RUNNING"} | TERMINAL, timeout=60, poll=0.1)
+                time.sleep(2.0)  # a launch within the requeue's second is refused (slurm_jobs.py, wait_requeued)
                 c.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False)
             c.wait_state(job, {"RUNNING"} | TERMINAL, timeout=120)
             rerun = time.time() - t0
@@ -256,6 +257,7 @@ class Jobs:
                     open(log).read()[-3000:]
                 time.sleep(0.1)
             c.wait_state(job, {"PENDING", "RUNNING"} | TERMINAL, timeout=60, poll=0.1)
+            time.sleep(2.0)  # a launch within the requeue's second is refused (slurm_jobs.py, wait_requeued)
             c.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False)
             info = c.wait_state(job, TERMINAL, timeout=600)
             text = open(log).read()
@@ -311,6 +313,10 @@ class Jobs:
                 open(log).read()[-3000:]
             time.sleep(0.1)
         c.wait_state(job, {"PENDING", "RUNNING"} | TERMINAL, timeout=60, poll=0.1)
+        # slurmd revoked the old instance's credential at the requeue and refuses a launch whose
+        # credential was made in the same second or before ("Job credential revoked": the rerun FAILS
+        # with exit 1). Slurm's own requeue waits longer than that; released at once, the test must too.
+        time.sleep(2.0)
         c.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False)
         c.wait_state(job, {"RUNNING"} | TERMINAL, timeout=120)
 
