@@ -210,7 +210,8 @@ void Trainer::finish() {
   const RunFolder run(out_dir_);
   std::filesystem::create_directories(run.final_dir());
   save_student(*student_, run.final_student());
-  export_student_hf(*student_, run.final_hf());
+  // Peri and mix students have no Hugging Face layout: final/student.safetensors is their file.
+  if (!hf_export_refusal(student_->spec().norm)) export_student_hf(*student_, run.final_hf());
 }
 
 }  // namespace deepen
