@@ -18,6 +18,7 @@
 
 #include "config/input_error.h"
 #include "config/layout_label.h"
+#include "report/factorial.h"
 #include "report/number_text.h"
 #include "report/paper_tables.h"
 #include "report/report_plots.h"
@@ -182,8 +183,10 @@ Report write_report(const std::vector<std::string>& paths, const ReportOptions& 
   report.sweeps = find_scaling_sweeps(runs, std::max<int64_t>(1, std::thread::hardware_concurrency()));
   fs::create_directories(options.out_dir);
   if (options.plots) report.images = write_report_plots(report, options, report.notes);
-  std::string md = report_markdown(report) + teacher_sharing_markdown(find_shared_teacher_jobs(paths)) +
-                   paper_tables_markdown(report) + scaling_markdown(report.sweeps);
+  const std::optional<Factorial> factorial = factorial_design(report);
+  std::string md = report_markdown(report) + (factorial ? factorial_markdown(*factorial) : std::string()) +
+                   teacher_sharing_markdown(find_shared_teacher_jobs(paths)) + paper_tables_markdown(report) +
+                   scaling_markdown(report.sweeps);
   bool plots_heading = false;
   for (const auto& img : report.images) {
     // The scaling figures sit in their own section (scaling_markdown links them).
@@ -203,12 +206,17 @@ Report write_report(const std::vector<std::string>& paths, const ReportOptions& 
   write("comparisons.csv", comparisons_csv(report));
   write("runs.csv", runs_csv(report));
   if (!report.sweeps.empty()) write("scaling.csv", scaling_csv(report.sweeps));
+  if (factorial) {
+    write("factorial.csv", factorial_csv(*factorial));
+    write("contrasts.csv", contrasts_csv(*factorial));
+  }
   return report;
 }
 
 std::string report_files_line(const Report& report, const std::string& out_dir) {
   std::string line = "report: " + (fs::path(out_dir) / "report.md").string() + ", with report.csv, comparisons.csv, runs.csv";
   if (!report.sweeps.empty()) line += ", scaling.csv";
+  if (factorial_design(report)) line += ", factorial.csv, contrasts.csv";
   std::vector<std::string> plots;
   for (const std::string& img : report.images)
     if (img.size() > 4 && img.substr(img.size() - 4) == ".png") plots.push_back(img.substr(0, img.size() - 4));
