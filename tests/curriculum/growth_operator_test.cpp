@@ -17,6 +17,7 @@
 #include "tests/test_support.h"
 #include "model/student_io.h"
 #include "tests/model/qwen3_fixtures.h"
+#include "tests/model/scrambled_student.h"
 
 namespace deepen {
 namespace {
@@ -40,19 +41,6 @@ StudentSpec spec_of(NormPlacement norm, double mix_post_fraction = 0.25) {
   return spec;
 }
 
-// As a trained student: projections of order one, norm gains away from 1 (a growth that only works
-// with unit gains would pass at initialization by luck).
-void scramble(GrowableStudent& s, uint64_t seed) {
-  at::NoGradGuard no_grad;
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  for (auto& item : s.named_parameters()) {
-    at::Tensor p = item.value();
-    const bool gain = item.key().find("norm.weight") != std::string::npos;
-    const double fan_in = p.dim() == 2 ? static_cast<double>(p.size(1)) : 1.0;
-    p.copy_(gain ? 1 + 0.3 * at::randn(p.sizes(), gen) : at::randn(p.sizes(), gen) / std::sqrt(fan_in));
-  }
-}
-
 at::Tensor some_ids() { return at::arange(0, 24, at::kLong).remainder(53).view({2, 12}); }
 
 const std::vector<NormPlacement> kPlacements = {NormPlacement::kPre, NormPlacement::kPost, NormPlacement::kPeri,
@@ -73,7 +61,7 @@ TEST(TeacherLayerMap, EvenlySpacedFromTheTeachersFirstLayer) {
 TEST(GrowthOperator, StackCopiesTheStudentsLastBlockBitForBitAtEveryGrowth) {
   for (const NormPlacement norm : kPlacements) {
     GrowableStudent s(spec_of(norm), kBlock, 5);
-    scramble(s, 11);
+    test::scramble(s, 11);
     const GrowthOperator op{GrowInit::kStack, kBlock, ""};
     for (int64_t depth : {6, 9}) {
       const int64_t before = s.depth();
@@ -106,7 +94,7 @@ struct Change {
 };
 Change identity_growth_change(const IdentityCase& c, int64_t from, int64_t to) {
   GrowableStudent s(spec_of(c.norm, c.fraction), from, 5);
-  scramble(s, 11);
+  test::scramble(s, 11);
   at::NoGradGuard no_grad;
   const at::Tensor ids = some_ids(), labels = (ids + 1).remainder(53);
   auto ce = [&](const at::Tensor& logits) {
@@ -159,7 +147,7 @@ std::string make_teacher(const std::string& name) {
   StudentSpec spec = spec_of(NormPlacement::kPre);
   spec.max_depth = 4;
   GrowableStudent teacher(spec, 4, 99);
-  scramble(teacher, 3);
+  test::scramble(teacher, 3);
   const std::string dir = test::temp_dir(name) + "/teacher";
   export_student_hf(teacher, dir);
   return dir;

@@ -20,6 +20,7 @@
 #include "run_folder/jsonl.h"
 #include "tests/launch/tiny_world.h"
 #include "tests/model/qwen3_fixtures.h"
+#include "tests/model/scrambled_student.h"
 #include "tests/test_support.h"
 
 namespace deepen {
@@ -41,11 +42,6 @@ struct PlacementRun {
   bool export_same_student; // the export holds the same tensors (not pre_scaled's folded gains)
 };
 
-// Relative L2 distance; the fused and aten kernels (auto picks per process) round differently.
-double relative_l2(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).norm().item<double>() / b.to(at::kDouble).norm().item<double>();
-}
-
 // `deepen forward` on `model` against the trainer's saved student on the same ids.
 void expect_forward_matches(const std::string& model, const fs::path& final_student, const std::string& tmp,
                             double tolerance, const std::string& what) {
@@ -63,7 +59,7 @@ void expect_forward_matches(const std::string& model, const fs::path& final_stud
   for (size_t i = 0; i < lines.size(); ++i) {
     const at::Tensor want = student->forward(lines[i])[0];
     ASSERT_EQ(logits[i].sizes(), want.sizes()) << what;
-    EXPECT_LT(relative_l2(logits[i], want), tolerance) << what << " line " << i;
+    EXPECT_LT(test::relative_l2(logits[i], want), tolerance) << what << " line " << i;
   }
 }
 

@@ -17,6 +17,7 @@
 #include "model/student_io.h"
 #include "model/tensor_bridge.h"
 #include "tests/model/qwen3_fixtures.h"
+#include "tests/model/scrambled_student.h"
 
 namespace deepen {
 namespace {
@@ -63,29 +64,6 @@ StudentSpec spec_of(const PlacementCase& c) {
   return spec;
 }
 
-// Weights of order one (std 0.02 would leave every sub-layer a small correction to the residual) and
-// norm gains away from 1, so every term of every placement shows in the logits and the gradients.
-void scramble(GrowableStudent& s, int64_t from_layer, uint64_t seed) {
-  at::NoGradGuard no_grad;
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  for (auto& item : s.named_parameters()) {
-    const int64_t layer = block_of_parameter(item.key());
-    if (layer >= 0 && layer < from_layer) continue;
-    if (layer < 0 && from_layer > 0) continue;
-    at::Tensor p = item.value();
-    const bool gain = item.key().find("norm.weight") != std::string::npos;
-    const double fan_in = p.dim() == 2 ? static_cast<double>(p.size(1)) : 1.0;
-    p.copy_(gain ? 1 + 0.3 * at::randn(p.sizes(), gen) : at::randn(p.sizes(), gen) / std::sqrt(fan_in));
-  }
-}
-
-double relative_l2(const at::Tensor& got, const at::Tensor& want) {
-  const at::Tensor w = want.to(at::kDouble), g = got.to(at::kDouble);
-  const double norm = w.norm().item<double>();
-  const double diff = (g - w).norm().item<double>();
-  return norm == 0 ? diff : diff / norm;
-}
-
 std::string case_dir(const std::string& root, const PlacementCase& c, int64_t depth) {
   return root + "/" + c.name + "_d" + std::to_string(depth);
 }
@@ -97,12 +75,12 @@ std::string reference_root(const PlacementCase& c) {
   const std::string dir = test::temp_dir("placement_reference_" + c.name);
   std::string dirs;
   GrowableStudent s(spec_of(c), kBlockLayers, 2026);
-  scramble(s, 0, 1);
+  test::scramble(s, 1);
   for (int64_t depth = kBlockLayers; depth <= kMaxDepth; depth += kBlockLayers) {
     if (depth > s.depth()) {
       const int64_t before = s.depth();
       s.grow_to(depth, GrowInit::kRandom, kBlockLayers);
-      scramble(s, before, static_cast<uint64_t>(depth));
+      test::scramble(s, static_cast<uint64_t>(depth), before);
     }
     const std::string out = case_dir(dir, c, depth);
     std::filesystem::create_directories(out);
@@ -144,13 +122,13 @@ TEST_P(PlacementReference, ForwardAndBackwardEqualTheIndependentImplementationAt
       ASSERT_EQ(s->depth(), depth);
       const at::Tensor logits = s->forward(inputs.at("ids"));
       (logits * inputs.at("grad")).sum().backward();
-      const double e = relative_l2(logits, reference.at("logits"));
+      const double e = test::relative_l2(logits, reference.at("logits"));
       EXPECT_LT(e, 1e-6) << what << ": logits";
       worst = std::max(worst, e);
       int grads = 0;
       for (const auto& [name, p] : hf_named_tensors(*s)) {
         ASSERT_TRUE(p.grad().defined()) << what << ": " << name;
-        const double g = relative_l2(p.grad(), reference.at("grad." + name));
+        const double g = test::relative_l2(p.grad(), reference.at("grad." + name));
         EXPECT_LT(g, 1e-6) << what << ": gradient of " << name;
         worst = std::max(worst, g);
         ++grads;
