@@ -8,9 +8,9 @@
 #include <tuple>
 
 #include "config/config.h"
-#include "child_process/child_process.h"
 #include "study/local_runner.h"
 #include "study/study_plan.h"
+#include "tests/study/study_dry_run.h"
 #include "tests/test_paths.h"
 
 namespace deepen {
@@ -26,7 +26,7 @@ void expect_full_design(const StudyPlan& plan, const std::vector<int64_t>& seeds
   std::map<Cell, std::set<int64_t>> cells;
   for (const StudyJob& job : plan.jobs) {
     const Config& c = job.config;
-    cells[{c.student.norm, c.curriculum.mode, c.curriculum.grow_init}].insert(c.run.seed);
+    cells[Cell(c.student.norm, c.curriculum.mode, c.curriculum.grow_init)].insert(c.run.seed);
     EXPECT_EQ(c.student.mix_post_fraction, 0.25) << job.id();
     EXPECT_EQ(c.curriculum.phase_policy, PhasePolicy::kReset) << job.id();
     EXPECT_EQ(c.student.init, StudentInit::kTeacher) << job.id();
@@ -35,9 +35,11 @@ void expect_full_design(const StudyPlan& plan, const std::vector<int64_t>& seeds
   EXPECT_EQ(cells.size(), 4u * 2u * 2u);
   for (NormPlacement norm : {NormPlacement::kPre, NormPlacement::kPost, NormPlacement::kPeri, NormPlacement::kMix})
     for (CurriculumMode mode : {CurriculumMode::kJoint, CurriculumMode::kGrow})
-      for (GrowInit op : {GrowInit::kTeacher, GrowInit::kIdentity})
-        EXPECT_EQ(cells[{norm, mode, op}], std::set<int64_t>(seeds.begin(), seeds.end()))
+      for (GrowInit op : {GrowInit::kTeacher, GrowInit::kIdentity}) {
+        const std::set<int64_t>& got = cells[Cell(norm, mode, op)];
+        EXPECT_EQ(got, std::set<int64_t>(seeds.begin(), seeds.end()))
             << option_name(norm) << " " << option_name(mode) << " " << option_name(op);
+      }
 }
 
 TEST(NormGrowthStudy, PaperScaleHoldsTheWholeDesignOnThePapersProtocol) {
@@ -77,16 +79,9 @@ TEST(NormGrowthStudy, DeepenTrainDryRunAcceptsItsRuns) {
   const StudyPlan plan = expand_study(load_study(source("configs/studies/norm-growth.toml")), {}, {"peri-grow-teacher", "mix-joint-identity"});
   ASSERT_EQ(plan.jobs.size(), 6u);
   for (const auto& job : plan.jobs) {
-    ProcessSpec p;
-    p.argv = {test::kDeepenBin, option_name(plan.spec.command), plan.spec.base};
-    for (const auto& o : job.overrides) {
-      p.argv.push_back("--set");
-      p.argv.push_back(o);
-    }
-    p.argv.push_back("--dry-run");
-    p.log_path = log;
-    fs::remove(log);
-    EXPECT_EQ(run_process(p), 0) << job.id() << ": " << shell_join(p.argv) << "\n" << tail_lines(log, 20);
+    std::string command;
+    EXPECT_EQ(test::study_job_dry_run(plan, job, log, command), 0) << job.id() << ": " << command << "\n"
+                                                                  << tail_lines(log, 20);
   }
 }
 
