@@ -47,9 +47,11 @@ std::string with_interval(const Interval& i, bool sign = false) {
   return i.half_width ? m + " ± " + fixed(*i.half_width) : m;
 }
 
-std::string bounds(const Interval& i) {
+// "[lo, hi]" of the interval (signed: a difference), "—" without one.
+std::string bounds(const Interval& i, bool sign = false) {
   if (!i.half_width) return "—";
-  return "[" + signed_fixed(i.mean - *i.half_width) + ", " + signed_fixed(i.mean + *i.half_width) + "]";
+  const auto text = [sign](double v) { return sign ? signed_fixed(v) : fixed(v); };
+  return "[" + text(i.mean - *i.half_width) + ", " + text(i.mean + *i.half_width) + "]";
 }
 
 std::string quoted(const std::string& s) {
@@ -228,7 +230,7 @@ std::string factorial_markdown(const Factorial& f) {
   auto contrast_table = [&](const std::vector<Contrast>& rows) {
     md << "| contrast | cells | estimate | 95% interval | n | interval from |\n|---|---|---|---|---|---|\n";
     for (const Contrast& c : rows)
-      md << "| " << c.name << " | " << c.formula << " | " << with_interval(c.value, true) << " | " << bounds(c.value)
+      md << "| " << c.name << " | " << c.formula << " | " << with_interval(c.value, true) << " | " << bounds(c.value, true)
          << " | " << c.value.n << " | " << c.value.method << (c.value.half_width ? ", df " + general(c.value.df) : "")
          << " |\n";
   };
@@ -282,7 +284,7 @@ std::string factorial_markdown(const Factorial& f) {
     for (const GrowthStepChange& g : f.growth_changes)
       md << "| " << name_of(g.norm) << " | " << name_of(g.op) << " | " << g.growth + 1 << " | " << g.step << " | "
          << g.depth_before << " → " << g.depth_after << " | " << fixed(g.ce_before.mean) << " | "
-         << with_interval(g.delta_ce, true) << " | " << bounds(g.delta_ce) << " | " << g.delta_ce.n << " |\n";
+         << with_interval(g.delta_ce, true) << " | " << bounds(g.delta_ce, true) << " | " << g.delta_ce.n << " |\n";
   }
   return md.str();
 }
@@ -396,7 +398,7 @@ std::vector<Figure> factorial_figures(const Factorial& f, std::vector<std::strin
               "' title " + quoted(name_of(norm));
     }
     body << "set title 'Interaction I(p | o) = (p-grow - pre-grow) - (p-joint - pre-joint), 95% interval'\n"
-         << "set ylabel 'I (validation CE)'\nset grid\nset key outside right top\nset xzeroaxis lt -1\n"
+         << "set ylabel 'I (validation CE)'\nset grid\nset key outside right top\nset xzeroaxis lt -1\nset bmargin 5\n"
          << "set xrange [-0.6:" << plot_number(x - 0.4) << "]\nset xtics (" << xtics.str() << ")\n"
          << plot << "\n";
     out.push_back({"factorial_contrasts", dat.str(), body.str(), std::max(700, 90 * static_cast<int>(x) + 260), 520});
