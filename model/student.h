@@ -63,8 +63,9 @@ int64_t block_of_parameter(const std::string& name);
 //   identity: random, then o_proj (and its bias) and down_proj zeroed: the new layer's attention and
 //             MLP outputs are exactly 0. Function-preserving where the layer adds them to the
 //             residual stream: pre, pre_scaled, peri (its output norm maps 0 to 0), mix's pre-norm
-//             layers. A post-norm layer still renormalizes its input (norm(x + 0) != x): the
-//             function changes (measured in docs/model.md).
+//             layers. A post-norm layer still renormalizes its input (norm(x + 0) != x): a post-norm
+//             student's function changes; a mix student's only by a per-token scale that its final
+//             norm undoes up to eps (measured in docs/model.md).
 // (GrowInit, curriculum.grow_init: config/options.h)
 
 // Where the boundary norm sits:
