@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -80,6 +81,9 @@ struct Report {
   std::vector<std::string> notes;       // runs skipped or unfinished, config mismatches
   std::vector<ScalingSweep> sweeps;     // layout sweeps among the runs (report/scaling.h); write_report fills it
   std::vector<std::string> images;      // plots write_report rendered into its out_dir ("val_ce.png", "val_ce.svg", ...)
+  // The runs the roles point into, when the report owns them (write_report's: the callers print
+  // it and list its files after the loading is gone); build_report's caller keeps its own.
+  std::shared_ptr<const std::vector<RunData>> owned_runs;
 };
 
 // Pure: the report of loaded runs.

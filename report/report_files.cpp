@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -176,9 +177,12 @@ std::string runs_csv(const Report& r) {
 }
 
 Report write_report(const std::vector<std::string>& paths, const ReportOptions& options) {
-  std::vector<RunData> runs;
-  for (const auto& dir : find_run_dirs(paths)) runs.push_back(load_run(dir));
+  // The roles point into the runs, and the report outlives this function: it owns them.
+  auto owned = std::make_shared<std::vector<RunData>>();
+  for (const auto& dir : find_run_dirs(paths)) owned->push_back(load_run(dir));
+  const std::vector<RunData>& runs = *owned;
   Report report = build_report(runs);
+  report.owned_runs = owned;
   // The runs are read where they ran: this machine's cores are the ones they shared.
   report.sweeps = find_scaling_sweeps(runs, std::max<int64_t>(1, std::thread::hardware_concurrency()));
   fs::create_directories(options.out_dir);
