@@ -9,7 +9,9 @@ Each CASE_DIR holds what tests/model/placement_reference_test.cpp wrote:
                        mix_post_fraction, max_depth, entry_norm, tie_embeddings, depth, ...)
   inputs.safetensors   "ids" int64 [B, T] and "grad" [B, T, vocab]: the upstream gradient
 and gets reference.safetensors: "logits" [B, T, vocab] and "grad.<name>" for every tensor of the
-student file, the gradient of sum(logits * grad), all computed in float64 from the weights.
+student file, the gradient of sum(logits * grad), all computed in float64 from the weights; and the
+same computed in float32 ("fp32.logits", "fp32.grad.<name>"): how far fp32 itself lands from the
+float64 values, the rounding floor an fp32 implementation is measured against.
 
 Written from the placements' definitions (docs/model.md#norm-placement), not from deepen's code:
   pre:        h = x + attn(norm1(x));            y = h + mlp(norm2(h))
@@ -127,17 +129,26 @@ def logits_of(p, ids, s):
     return x @ head.T
 
 
+def logits_and_grads(stored, inputs, spec, dtype, prefix):
+    global DT
+    DT = dtype
+    weights = {k: v.to(dtype).requires_grad_(True) for k, v in stored.items()}
+    logits = logits_of(weights, inputs["ids"], spec)
+    (logits * inputs["grad"].to(dtype)).sum().backward()
+    out = {prefix + "logits": logits.detach().contiguous()}
+    for name, w in weights.items():
+        out[prefix + "grad." + name] = (w.grad if w.grad is not None else torch.zeros_like(w)).detach().contiguous()
+    return out
+
+
 def run_case(case_dir):
     student_path = f"{case_dir}/student.safetensors"
     with safe_open(student_path, framework="pt") as f:
         spec = json.loads(f.metadata()["student"])
-    weights = {k: v.to(DT).requires_grad_(True) for k, v in load_file(student_path).items()}
+    stored = load_file(student_path)
     inputs = load_file(f"{case_dir}/inputs.safetensors")
-    logits = logits_of(weights, inputs["ids"], spec)
-    (logits * inputs["grad"].to(DT)).sum().backward()
-    out = {"logits": logits.detach().contiguous()}
-    for name, w in weights.items():
-        out["grad." + name] = (w.grad if w.grad is not None else torch.zeros_like(w)).detach().contiguous()
+    out = logits_and_grads(stored, inputs, spec, torch.float64, "")
+    out.update(logits_and_grads(stored, inputs, spec, torch.float32, "fp32."))
     save_file(out, f"{case_dir}/reference.safetensors")
 
 

@@ -1,10 +1,14 @@
 // Every norm placement's student, forward and backward, against an independent PyTorch implementation
-// (tests/hf_reference/placement_reference.py, float64) at every depth a 3-block curriculum passes
-// through, with and without recomputation, on both fp32 CPU kernel paths.
+// (tests/hf_reference/placement_reference.py: float64, and float32 for fp32's own rounding floor) at
+// every depth a 3-block curriculum passes through, with and without recomputation, on both fp32 CPU
+// kernel paths.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -102,17 +106,50 @@ struct Variant {
 
 class PlacementReference : public ::testing::TestWithParam<PlacementCase> {};
 
-// Logits and the gradient of sum(logits * grad) with respect to every parameter, within 1e-6 of the
-// float64 reference in relative L2 norm (fp32 rounding through nine layers measures ~1e-7), at every
+// How far deepen's fp32 may land from the float64 reference: 1e-6 in relative L2 norm, or, where
+// fp32 itself cannot get that close, kFloorFactor times fp32's rounding floor at that depth: the
+// largest distance of the reference's own fp32 evaluation (the same formulas in PyTorch) from its
+// float64 values over the logits and every gradient. With these weights that floor measures
+// 1.3e-6 to 2.0e-6 at depth 3 and 1.7e-6 to 7.5e-6 at depth 9, set by the gradients of the q/k
+// projections and QK-norm gains (they come through the softmax; the logits' own floor is 3e-7 to
+// 1e-6): no fp32 implementation meets 1e-6 there. Two fp32 implementations that order their sums
+// differently land within a floor or two of the float64 values (deepen, measured: at most 1.94
+// floors, mix); a wrong formula lands some 1e-2 away.
+constexpr double kFloorFactor = 3;
+
+// The fp32 floor of one depth's reference ("fp32.<key>" against "<key>").
+double fp32_floor(const std::map<std::string, at::Tensor>& reference) {
+  double floor = 0;
+  for (const auto& [key, t] : reference)
+    if (key.starts_with("fp32.")) floor = std::max(floor, test::relative_l2(t, reference.at(key.substr(5))));
+  return floor;
+}
+
+// Logits and the gradient of sum(logits * grad) with respect to every parameter against the float64
+// reference, within max(1e-6, kFloorFactor x the depth's fp32 floor) in relative L2 norm, at every
 // depth, for recompute none / layer / mlp on the fused and the aten kernels.
 TEST_P(PlacementReference, ForwardAndBackwardEqualTheIndependentImplementationAtEveryDepth) {
   const PlacementCase& c = GetParam();
   const std::string root = reference_root(c);
-  double worst = 0;
+  std::map<std::string, at::Tensor> reference;
+  double floor = 0, allowed = 0, worst = 0, worst_in_floors = 0;
+  int above_1e6 = 0, compared = 0;
+  auto check = [&](const std::string& what, const at::Tensor& got, const std::string& key) {
+    const double e = test::relative_l2(got, reference.at(key));
+    EXPECT_LT(e, allowed) << what << " (fp32 floor at this depth " << floor << ")";
+    worst = std::max(worst, e);
+    worst_in_floors = std::max(worst_in_floors, e / floor);
+    above_1e6 += e >= 1e-6;
+    ++compared;
+  };
   for (int64_t depth = kBlockLayers; depth <= kMaxDepth; depth += kBlockLayers) {
     const std::string dir = case_dir(root, c, depth);
     const auto inputs = read_tensors(dir + "/inputs.safetensors");
-    const auto reference = read_tensors(dir + "/reference.safetensors");
+    reference = read_tensors(dir + "/reference.safetensors");
+    floor = fp32_floor(reference);
+    allowed = std::max(1e-6, kFloorFactor * floor);
+    std::printf("%s depth %lld: fp32 floor %.2e, allowed %.2e\n", c.name.c_str(), static_cast<long long>(depth), floor,
+                allowed);
     for (const Variant v : {Variant{Recompute::kNone, CpuKernels::kFused}, Variant{Recompute::kNone, CpuKernels::kAten},
                             Variant{Recompute::kLayer, CpuKernels::kFused}, Variant{Recompute::kLayer, CpuKernels::kAten},
                             Variant{Recompute::kMlp, CpuKernels::kFused}, Variant{Recompute::kMlp, CpuKernels::kAten}}) {
@@ -122,22 +159,23 @@ TEST_P(PlacementReference, ForwardAndBackwardEqualTheIndependentImplementationAt
       ASSERT_EQ(s->depth(), depth);
       const at::Tensor logits = s->forward(inputs.at("ids"));
       (logits * inputs.at("grad")).sum().backward();
-      const double e = test::relative_l2(logits, reference.at("logits"));
-      EXPECT_LT(e, 1e-6) << what << ": logits";
-      worst = std::max(worst, e);
+      check(what + ": logits", logits, "logits");
       int grads = 0;
       for (const auto& [name, p] : hf_named_tensors(*s)) {
         ASSERT_TRUE(p.grad().defined()) << what << ": " << name;
-        const double g = test::relative_l2(p.grad(), reference.at("grad." + name));
-        EXPECT_LT(g, 1e-6) << what << ": gradient of " << name;
-        worst = std::max(worst, g);
+        check(what + ": gradient of " + name, p.grad(), "grad." + name);
         ++grads;
       }
-      EXPECT_EQ(grads * 1u + 1u, reference.size()) << what << ": every tensor of the student has its reference gradient";
+      EXPECT_EQ(2 * (grads * 1u + 1u), reference.size()) << what << ": every tensor of the student has its reference gradient";
     }
   }
-  std::printf("%s: largest relative L2 error over depths 3, 6, 9, logits and every gradient: %.2e\n", c.name.c_str(), worst);
+  std::printf("%s: over depths 3, 6, 9, logits and every gradient: largest relative L2 error %.2e (%d of %d >= 1e-6), "
+              "largest error / the depth's fp32 floor %.2f\n",
+              c.name.c_str(), worst, above_1e6, compared, worst_in_floors);
 }
+
+// The case's name in test names and messages (not the struct's bytes).
+void PrintTo(const PlacementCase& c, std::ostream* os) { *os << c.name; }
 
 INSTANTIATE_TEST_SUITE_P(Placements, PlacementReference, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
