@@ -181,7 +181,13 @@ class Cases:
         values = 0
         for x, y in zip(da, db):
             pairs = []
-            for bx, by in zip(x["block_rms"], y["block_rms"]):
+            # A growth record holds the CE on the fixed batch just before and after the blocks were
+            # appended (what the growth operator did to the function); the others the block statistics.
+            if x["event"] == "grown":
+                assert (x["depth_before"], x["depth"]) == (y["depth_before"], y["depth"]), (x, y)
+                pairs += [(k, x[k], y[k]) for k in ("ce_before", "ce_after")]
+            rms = ([], []) if x["event"] == "grown" else (x["block_rms"], y["block_rms"])
+            for bx, by in zip(*rms):
                 for part in ("document_boundary", "regular"):
                     assert bx[part]["count"] == by[part]["count"], (x["step"], part)
                     stats = ("mean", "std", "kurtosis") if spread_stats else ("mean",)
@@ -507,7 +513,12 @@ class Cases:
             sharded = os.path.join(self.work, f"placement-{norm}-full")
             self.train(replicated, sets, ranks=3, base=base)
             self.train(sharded, sets + ['parallel.sharding="full"'], ranks=3, base=base)
-            self.compare(replicated, sharded, 1e-5, f"{norm} ({op} growth), full sharding vs replicated, S=2")
+            # Peri-LN adds normalized sub-layer outputs, so every token's RMS at a block boundary is
+            # nearly the same (std ~1% of the mean): as in the paper case, the std and kurtosis of so
+            # tight a distribution carry cancellation error of order tol·mean/std. Losses, evals, the
+            # RMS means, block removal and the CE at each growth are compared at 1e-5.
+            self.compare(replicated, sharded, 1e-5, f"{norm} ({op} growth), full sharding vs replicated, S=2",
+                         spread_stats=False)
 
     def shard_write_fails(self):
         base = self.global_base()
