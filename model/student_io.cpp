@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/input_error.h"
+#include "config/text_file.h"
 #include "model/hf_names.h"
 #include "model/safetensors.h"
 #include "model/tensor_bridge.h"
@@ -187,11 +188,8 @@ void export_student_hf(const GrowableStudent& student, const std::string& dir) {
   if (norm == NormPlacement::kPreScaled)
     config["deepen_note"] = "pre_scaled student (LayerNorm-Scaling): each layer's norm gains hold its 1/sqrt(l), "
                             "so transformers' Qwen3 computes it as trained";
-  {
-    std::ofstream out(tmp / "config.json");
-    out << config.dump(2) << "\n";
-    if (!out) throw std::runtime_error("cannot write " + (tmp / "config.json").string());
-  }
+  // Checked at close: a full disk or quota on NFS or Lustre shows only when the data leaves the cache.
+  write_file_text((tmp / "config.json").string(), config.dump(2) + "\n", "the export's config");
   write_tensors((tmp / "model.safetensors").string(), hf_export_tensors(student), {{"format", "pt"}});
   fs::remove_all(old);
   if (fs::exists(final_dir)) fs::rename(final_dir, old);

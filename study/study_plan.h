@@ -29,6 +29,13 @@ namespace deepen {
 //   max_group_runs = 4          # at most this many runs per shared teacher (0 = no cap); the
 //                               # channel sends each micro-batch to every run: `deepen plan --study`
 //                               # prices each cap
+//   group_by = "order"          # "order" | "length": runs of equal length only share a teacher (a
+//                               # group holds its devices for its longest run) | "listed": as the
+//                               # [[group]] tables below say; `deepen plan --study` prices each and
+//                               # prints the [[group]] tables of its cheapest grouping
+//
+//   [[group]]                   # runs that share one teacher (within each seed's data order);
+//   runs = ["pre-grow", "post-grow"]   # a run in no [[group]] trains alone
 //
 //   [[run]]
 //   name = "post-grow"
@@ -60,6 +67,8 @@ struct StudySpec {
   std::vector<StudyRunSpec> runs;  // in file order
   bool share_teacher = false;      // group runs that may share a teacher pass (train studies only)
   int64_t max_group_runs = 0;      // cap on a group's runs (0 = none)
+  GroupBy group_by = GroupBy::kOrder;  // "order" | "length" | "listed" (study/teacher_groups.h)
+  std::vector<std::vector<std::string>> groups;  // [[group]] runs = [...] (group_by = "listed")
 };
 
 // Parses a study file; InputError names the file, the key and the reason (unknown keys, duplicate or
@@ -111,7 +120,9 @@ StudyPlan expand_study(const StudySpec& spec, const std::vector<std::string>& ex
 // The teacher groups of a plan's jobs (study/teacher_groups.h's group_for_teacher over the jobs in
 // order). Example: the demo study with share_teacher and one seed: its eight runs read the same data
 // in the same order with the same teacher: one group of eight, world = 1·2 + 8·2 = 18 ranks.
-std::vector<StudyGroup> plan_teacher_groups(const std::vector<StudyJob>& jobs, size_t max_runs = 0);
+std::vector<StudyGroup> plan_teacher_groups(const std::vector<StudyJob>& jobs, size_t max_runs = 0,
+                                            GroupBy by = GroupBy::kOrder,
+                                            const std::vector<std::vector<std::string>>& listed = {});
 
 // Ranks of a group's job: T·P + R·S from the first member's [parallel].
 int64_t group_world_size(const StudyPlan& plan, const StudyGroup& group);
