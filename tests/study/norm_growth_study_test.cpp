@@ -54,12 +54,14 @@ TEST(NormGrowthStudy, PaperScaleHoldsTheWholeDesignOnThePapersProtocol) {
     if (c.curriculum.mode == CurriculumMode::kJoint) EXPECT_EQ(c.curriculum.stage_steps, std::vector<int64_t>{50000});
     else EXPECT_EQ(c.curriculum.stage_steps, (std::vector<int64_t>{50000, 50000, 50000}));
   }
-  // One data order for every seed: the runs may share teacher passes, in groups of the study's cap.
+  // Each seed its own data order: the runs of one seed share teacher passes, in groups of the study's cap.
   ASSERT_FALSE(plan.groups.empty());
   size_t in_groups = 0;
   for (const StudyGroup& g : plan.groups) {
     EXPECT_LE(g.members.size(), static_cast<size_t>(plan.spec.max_group_runs));
     in_groups += g.members.size();
+    for (size_t m : g.members)  // a shared teacher pass serves one data order: one seed
+      EXPECT_EQ(plan.jobs[m].config.run.seed, plan.jobs[g.members.front()].config.run.seed) << plan.jobs[m].id();
   }
   EXPECT_EQ(in_groups, plan.jobs.size());
   EXPECT_LT(plan.groups.size(), plan.jobs.size());
