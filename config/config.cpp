@@ -40,6 +40,14 @@ std::string retired_key_advice(const std::string& key) {
   return "";
 }
 
+// Option values that existed once and what to write instead ("" for any other value).
+std::string retired_value_advice(const std::string& key, const std::string& value) {
+  if (key == "curriculum.grow_init" && value == "copy_last")
+    return "\"copy_last\" is retired: write \"stack\" (a copy of the student's last block of "
+           "curriculum.block_layers layers; with one-layer blocks exactly what copy_last did)";
+  return "";
+}
+
 std::string format_double(double x) {
   if (std::isnan(x)) return "nan";
   if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
@@ -123,6 +131,8 @@ class SectionReader {
   template <Option E> void read(const toml::node& n, const std::string& key, E& out) const {
     std::string text;
     read(n, key, text);
+    const std::string advice = retired_value_advice(section_ + "." + key, text);
+    if (!advice.empty()) throw InputError(where(key) + ": " + advice);
     out = parse_option<E>(text, where(key));
   }
   template <class T> void read(const toml::node& n, const std::string& key, std::vector<T>& out) const {
@@ -303,6 +313,15 @@ void validate_student(const Checker& c, const StudentConfig& s) {
                                      "the LM head trains: they cannot be one matrix)");
   c.positive("student.rope_theta", s.rope_theta);
   c.positive("student.rms_eps", s.rms_eps);
+  if (!(s.mix_post_fraction > 0 && s.mix_post_fraction < 1))
+    c.fail("student.mix_post_fraction", "must be in (0, 1), got " + format_double(s.mix_post_fraction));
+  if (s.norm == NormPlacement::kMix) {
+    const int64_t post = mix_post_layers(s.layers, s.mix_post_fraction);
+    if (post >= s.layers)
+      c.fail("student.mix_post_fraction", format_double(s.mix_post_fraction) + " makes all " + std::to_string(s.layers) +
+                                              " layers post-norm (ceil(fraction x layers) = " + std::to_string(post) +
+                                              "); that is student.norm = \"post\", or lower the fraction");
+  }
 }
 
 // The stages' depths and the budget; `full` names the full depth in blocks for the messages.
@@ -362,10 +381,9 @@ void validate_curriculum(const Checker& c, const CurriculumConfig& cur, const St
                                      std::to_string(cur.block_layers) + " = " + std::to_string(full_blocks) + " blocks";
   validate_stages(c, cur, full_blocks, full);
   validate_budgets(c, cur);
-  if (cur.grow_init == GrowInit::kIdentity && s.norm == NormPlacement::kPost)
-    c.fail("curriculum.grow_init",
-           "\"identity\" is not function-preserving for student.norm = \"post\" (the appended block "
-           "re-normalizes its input); use \"random\" or \"copy_last\"");
+  if (cur.grow_init == GrowInit::kTeacher && s.init != StudentInit::kTeacher)
+    c.fail("curriculum.grow_init", "\"teacher\" copies the teacher's layers, which read the teacher's embedding: "
+                                   "needs student.init = \"teacher\" (got \"" + std::string(option_name(s.init)) + "\")");
   if (cur.freeze_prefix && cur.mode != CurriculumMode::kGrow) c.fail("curriculum.freeze_prefix", "needs mode = \"grow\"");
   c.at_least("curriculum.rewarmup_steps", cur.rewarmup_steps, 0);
   if (cur.phase_policy == PhasePolicy::kReset && cur.rewarmup_steps > 0)
@@ -570,6 +588,11 @@ std::vector<ConfigDifference> config_differences(const Config& a, const Config& 
 }
 
 int64_t data_order_seed(const Config& cfg) { return cfg.data.order_seed >= 0 ? cfg.data.order_seed : cfg.run.seed; }
+
+int64_t mix_post_layers(int64_t layers, double fraction) {
+  // A hair below the product, so a fraction written as 1/3 to ten digits still gives ceil(3.0) = 3.
+  return static_cast<int64_t>(std::ceil(fraction * static_cast<double>(layers) - 1e-9));
+}
 
 std::vector<int64_t> stage_depths(const CurriculumConfig& cur) {
   std::vector<int64_t> out;

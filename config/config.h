@@ -92,7 +92,13 @@ struct StudentConfig {
   int64_t head_dim = 64;      // independent of hidden/heads, as in Qwen3
   int64_t intermediate = 3072;
   int64_t vocab_size = 0;     // 0 = take it from the tokenizer (and check it against the teacher)
-  NormPlacement norm = NormPlacement::kPre;  // "pre" | "post": where RMSNorm sits relative to the residual add
+  // "pre" | "post" | "peri" | "mix" | "pre_scaled": where RMSNorm sits relative to the residual add
+  // (model/norm_placement.h; docs/model.md#norm-placement).
+  NormPlacement norm = NormPlacement::kPre;
+  // mix only: the first ceil(mix_post_fraction x layers) layers of the full depth are post-norm, the
+  // rest pre-norm (Mix-LN; the boundary is fixed by the final depth, never by the depth while growing).
+  // In (0, 1), and it must leave at least one pre-norm layer.
+  double mix_post_fraction = 0.25;
   bool tie_embeddings = true;
   // "random": every weight drawn (Qwen3's init, std 0.02). "teacher" (the paper's student): the
   // embedding is copied from teacher.checkpoint and frozen, the LM head copied and trained (needs
@@ -119,7 +125,7 @@ struct StudentConfig {
   template <class V> void visit(V& v) {
     v("layers", layers); v("hidden", hidden); v("heads", heads); v("kv_heads", kv_heads);
     v("head_dim", head_dim); v("intermediate", intermediate); v("vocab_size", vocab_size);
-    v("norm", norm); v("tie_embeddings", tie_embeddings); v("init", init); v("rope_theta", rope_theta);
+    v("norm", norm); v("mix_post_fraction", mix_post_fraction); v("tie_embeddings", tie_embeddings); v("init", init); v("rope_theta", rope_theta);
     v("rms_eps", rms_eps); v("precision", precision); v("tf32", tf32);
     v("cpu_kernels", cpu_kernels); v("recompute", recompute);
   }
@@ -135,7 +141,17 @@ struct CurriculumConfig {
   std::vector<std::string> stage_tokens;  // per stage, "50M" / "2.5B" / "123456"; or use stage_steps
   std::vector<int64_t> stage_steps;       // per stage optimizer steps (exclusive with stage_tokens)
   std::string budget;                     // "" | "active_layer_tokens:<run dir>" (joint runs only)
-  GrowInit grow_init = GrowInit::kRandom;  // "random" | "copy_last" | "identity"
+  // The growth operator (curriculum/growth_operator.h): how every block not carried over from the
+  // previous stage starts.
+  //   "random":   the config's init (Qwen3's, std 0.02; the paper's new layers).
+  //   "stack":    a copy of the student's own last block (its last block_layers layers, in order).
+  //   "identity": random, then each new layer's o_proj and down_proj zeroed (function-preserving
+  //               where the placement allows it: pre, pre_scaled, peri, and mix's pre-norm layers).
+  //   "teacher":  the teacher's layers each new layer maps to (layer i of the full depth L takes
+  //               teacher layer floor(i x L_teacher / L)); the first stage's blocks too, so a joint
+  //               run starts from them. Needs student.init = "teacher".
+  // Optimizer state of new parameters is always fresh.
+  GrowInit grow_init = GrowInit::kRandom;
   bool freeze_prefix = false;             // freeze control: only appended blocks train
   // Freeze control: whether the LM head and the boundary norm (and a tied/random embedding) freeze
   // with the prefix. true = the literal reading of "only the new block updates" (the paper is silent).
@@ -152,6 +168,10 @@ struct CurriculumConfig {
     v("rewarmup_steps", rewarmup_steps); v("phase_policy", phase_policy);
   }
 };
+
+// Post-norm layers of a mix student of `layers` layers: ceil(fraction × layers).
+// Example: 9 layers, 0.25 -> 3 (layers 0, 1, 2 post-norm, 3..8 pre-norm); 12, 0.25 -> 3; 9, 0.5 -> 5.
+int64_t mix_post_layers(int64_t layers, double fraction);
 
 // Active decoder layers per stage: stages × block_layers. Example: stages = [1, 2, 3],
 // block_layers = 3 -> [3, 6, 9].

@@ -31,9 +31,14 @@ template <> struct OptionSpelling<Packing> { static constexpr std::array names{"
 enum class CpuKernels { kAuto, kFused, kAten };
 template <> struct OptionSpelling<CpuKernels> { static constexpr std::array names{"auto", "fused", "aten"}; };
 
-// student.norm: where RMSNorm sits relative to the residual add (model/qwen3.h).
-enum class NormPlacement { kPre, kPost };
-template <> struct OptionSpelling<NormPlacement> { static constexpr std::array names{"pre", "post"}; };
+// student.norm: where RMSNorm sits relative to the residual add (model/norm_placement.h):
+// pre (Qwen3), post, peri (a norm on each sub-layer's input and output), mix (post-norm for the
+// first ceil(student.mix_post_fraction x student.layers) layers, pre-norm after), pre_scaled (pre-norm,
+// each norm's output times 1/sqrt(l) for the 1-based layer index l).
+enum class NormPlacement { kPre, kPost, kPeri, kMix, kPreScaled };
+template <> struct OptionSpelling<NormPlacement> {
+  static constexpr std::array names{"pre", "post", "peri", "mix", "pre_scaled"};
+};
 
 // student.init: every weight drawn, or the paper's student (embedding, head and boundary norm from
 // the teacher; model/student_from_teacher.h).
@@ -54,9 +59,13 @@ template <> struct OptionSpelling<Recompute> { static constexpr std::array names
 enum class CurriculumMode { kGrow, kJoint };
 template <> struct OptionSpelling<CurriculumMode> { static constexpr std::array names{"grow", "joint"}; };
 
-// curriculum.grow_init: how appended blocks start (model/student.h).
-enum class GrowInit { kRandom, kCopyLast, kIdentity };
-template <> struct OptionSpelling<GrowInit> { static constexpr std::array names{"random", "copy_last", "identity"}; };
+// curriculum.grow_init: the growth operator, how appended blocks start (curriculum/growth_operator.h):
+// random (the config's init), stack (a copy of the student's own last block), identity (random with
+// the output projections zeroed), teacher (the teacher's layers each new layer maps to).
+enum class GrowInit { kRandom, kStack, kIdentity, kTeacher };
+template <> struct OptionSpelling<GrowInit> {
+  static constexpr std::array names{"random", "stack", "identity", "teacher"};
+};
 
 // curriculum.phase_policy: AdamW state and LR schedule at a stage start.
 enum class PhasePolicy { kKeep, kReset };

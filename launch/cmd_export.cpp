@@ -51,7 +51,8 @@ void register_export_command(CLI::App& app) {
   auto student = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand(
-      "export", "write a student as a Hugging Face folder (pre-norm loads as Qwen3ForCausalLM)");
+      "export", "write a student as a Hugging Face folder (pre and pre_scaled load as Qwen3ForCausalLM; "
+                "peri and mix are refused)");
   cmd->add_option("--checkpoint", *student,
                   "student file written by deepen (save_student), or a folder holding "
                   "student.safetensors")
@@ -61,6 +62,9 @@ void register_export_command(CLI::App& app) {
     const ExportSummary s = export_student_file(*student, *out);
     std::cout << "deepen export: " << s.norm << "-norm student, " << depth_text(s.depth, block_layers_of_run(*student))
               << " -> " << s.dir << "\n";
+    if (s.scale_folded)
+      std::cout << "note: pre_scaled student: each layer's 1/sqrt(l) is folded into its norm gains; "
+                   "transformers' Qwen3 runs it as trained.\n";
     if (!s.transformers_compatible)
       std::cout << "note: post-norm student; config.json records \"deepen_norm\": \"post\". "
                    "transformers' Qwen3 (pre-norm) cannot run it: load the weights with deepen.\n";

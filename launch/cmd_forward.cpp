@@ -1,5 +1,6 @@
-// `deepen forward`: runs a Hugging Face Qwen3 checkpoint on token ids and writes the logits, the
-// user-facing check that a teacher loads and computes right.
+// `deepen forward`: runs a Hugging Face Qwen3 checkpoint, or a student of any norm placement (its
+// export or its own file), on token ids and writes the logits: the user-facing check that a model
+// loads and computes right.
 #include <iostream>
 #include <memory>
 
@@ -16,8 +17,10 @@ void register_forward_command(CLI::App& app) {
   auto threads = std::make_shared<int64_t>(0);
   CLI::App* cmd = app.add_subcommand(
       "forward",
-      "run a Qwen3 checkpoint on token ids; writes F32 logits.<i> [T_i, vocab] per input line");
-  cmd->add_option("--model", request->model_dir, "Hugging Face folder (config.json + safetensors)")
+      "run a Qwen3 checkpoint or a student on token ids; writes F32 logits.<i> [T_i, vocab] per input line");
+  cmd->add_option("--model", request->model_dir,
+                  "Hugging Face folder (config.json + safetensors; a deepen export of any placement), or a "
+                  "student file: a .safetensors file or a folder holding student.safetensors (a run's final/)")
       ->required();
   cmd->add_option("--ids", request->ids_path,
                   "text file: whitespace-separated token ids, one sequence per line (each line is "

@@ -24,6 +24,12 @@ TeacherPlan plan_teacher(const Config& cfg, int64_t vocab, const Tokenizer& tok)
     throw InputError(cfg.teacher.checkpoint + "/config.json: vocab_size: the teacher has " +
                      std::to_string(tc.vocab_size) + " rows, the student " + std::to_string(vocab) + " (" +
                      tok.name() + " tokenizer" + (cfg.student.vocab_size > 0 ? ", student.vocab_size" : ", padded") + ")");
+  // The "teacher" growth operator copies the teacher's layers: shapes checked before anything runs.
+  if (cfg.curriculum.grow_init == GrowInit::kTeacher) {
+    const StudentConfig& s = cfg.student;
+    check_same_layer_shapes({s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, false, s.rope_theta},
+                            layer_shapes_of(tc), cfg.teacher.checkpoint + "/config.json");
+  }
   TeacherPlan t;
   t.checkpoint = cfg.teacher.checkpoint;
   t.layers = tc.num_hidden_layers;

@@ -218,4 +218,31 @@ void write_qwen3_config(const Qwen3Config& config, const std::string& path) {
   }
 }
 
+LayerShapes layer_shapes_of(const Qwen3Config& c) {
+  return {c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.intermediate_size,
+          c.attention_bias, c.rope_theta};
+}
+
+void check_same_layer_shapes(const LayerShapes& student, const LayerShapes& teacher, const std::string& path) {
+  const std::string why = " (curriculum.grow_init = \"teacher\" copies them)";
+  auto same = [&](const char* key, int64_t mine, const char* hf_key, int64_t theirs) {
+    if (mine != theirs)
+      throw InputError(std::string("student.") + key + " = " + std::to_string(mine) +
+                       " cannot take the teacher's layers: " + path + " has " + hf_key + " = " +
+                       std::to_string(theirs) + why);
+  };
+  same("hidden", student.hidden, "hidden_size", teacher.hidden);
+  same("heads", student.heads, "num_attention_heads", teacher.heads);
+  same("kv_heads", student.kv_heads, "num_key_value_heads", teacher.kv_heads);
+  same("head_dim", student.head_dim, "head_dim", teacher.head_dim);
+  same("intermediate", student.intermediate, "intermediate_size", teacher.intermediate);
+  if (student.attention_bias != teacher.attention_bias)
+    throw InputError("the student's attention biases cannot take the teacher's layers: " + path +
+                     " has attention_bias = " + (teacher.attention_bias ? "true" : "false") + why);
+  if (student.rope_theta != teacher.rope_theta)
+    throw InputError("student.rope_theta = " + std::to_string(student.rope_theta) +
+                     " cannot take the teacher's layers: " + path + " has rope_theta = " +
+                     std::to_string(teacher.rope_theta) + " (its attention weights were trained with those rotations)" + why);
+}
+
 }  // namespace deepen

@@ -24,6 +24,20 @@ struct Qwen3Config {
   std::string torch_dtype = "";      // "bfloat16", "float32", ... as in the file ("dtype" or "torch_dtype"); "" if absent
 };
 
+// The shapes and RoPE of one decoder layer, as a student's config or a teacher's config.json gives
+// them: what copying a teacher's layer into a student's needs equal.
+struct LayerShapes {
+  int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0;
+  bool attention_bias = false;
+  double rope_theta = 0;
+};
+LayerShapes layer_shapes_of(const Qwen3Config& config);
+
+// Throws InputError naming the first field that differs, the student key and the teacher's:
+//   "student.intermediate = 96 cannot take the teacher's layers: <path> has intermediate_size = 384
+//    (curriculum.grow_init = "teacher" copies them)"
+void check_same_layer_shapes(const LayerShapes& student, const LayerShapes& teacher, const std::string& teacher_config_path);
+
 // Reads config.json. Requires model_type "qwen3" and the keys vocab_size, hidden_size,
 // intermediate_size, num_hidden_layers, num_attention_heads (a missing one is named); rope theta
 // comes from top-level rope_theta or the newer nested rope_parameters {rope_type, rope_theta}.

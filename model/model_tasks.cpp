@@ -4,10 +4,14 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <sstream>
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <nlohmann/json.hpp>
 
 #include "config/input_error.h"
 #include "config/text_file.h"
@@ -60,26 +64,69 @@ at::Device pick_device(const std::string& name) {
 
 }  // namespace
 
+namespace {
+
+// The student file a path names, if it names one: a .safetensors file, or a folder holding
+// student.safetensors (a run's final/ or a checkpoint folder).
+std::optional<std::string> student_file_at(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (fs::is_regular_file(path) && fs::path(path).extension() == ".safetensors") return path;
+  const fs::path inside = fs::path(path) / "student.safetensors";
+  if (fs::is_regular_file(inside)) return inside.string();
+  return std::nullopt;
+}
+
+// Whether a Hugging Face folder is a deepen export (config.json says which placement it holds).
+bool is_deepen_export(const std::string& config_path) {
+  const nlohmann::json j = nlohmann::json::parse(read_file_text(config_path), nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("deepen_norm");
+}
+
+}  // namespace
+
 ForwardSummary run_forward(const ForwardRequest& request) {
   const at::ScalarType dtype = to_scalar_type(request.dtype);
   const at::Device device = pick_device(request.device);
-  const Qwen3Config config = read_qwen3_config(request.model_dir + "/config.json");
-  const auto sequences = parse_id_lines(read_file_text(request.ids_path), request.ids_path, config.vocab_size);
-  const int n = static_cast<int>(config.num_hidden_layers);
-  TeacherStage model(request.model_dir, 0, n, true, true, dtype, device);
+  // One function from ids to logits, whichever model the path holds: a student (its own file, or
+  // its export: every placement, read as the trainer built it) or a plain Qwen3 checkpoint (one
+  // teacher stage over all its layers).
+  std::function<at::Tensor(const at::Tensor&)> logits_of;
+  int64_t vocab = 0;
+  std::shared_ptr<GrowableStudent> student;
+  std::unique_ptr<TeacherStage> qwen3;
+  if (const auto file = student_file_at(request.model_dir)) {
+    student = load_student(*file, device, CpuKernels::kAuto, Recompute::kNone, dtype);
+  } else {
+    const std::string config_path = request.model_dir + "/config.json";
+    const Qwen3Config config = read_qwen3_config(config_path);
+    if (is_deepen_export(config_path)) {
+      student = load_student_hf(request.model_dir, dtype, device);
+    } else {
+      const int n = static_cast<int>(config.num_hidden_layers);
+      qwen3 = std::make_unique<TeacherStage>(request.model_dir, 0, n, true, true, dtype, device);
+      vocab = config.vocab_size;
+      logits_of = [&](const at::Tensor& ids) { return qwen3->forward(ids); };
+    }
+  }
+  if (student) {
+    vocab = student->spec().vocab_size;
+    logits_of = [&](const at::Tensor& ids) { return student->forward(ids); };
+  }
+  const auto sequences = parse_id_lines(read_file_text(request.ids_path), request.ids_path, vocab);
+  at::NoGradGuard no_grad;
   ForwardSummary summary;
   std::vector<std::pair<std::string, at::Tensor>> outputs;
   for (size_t i = 0; i < sequences.size(); ++i) {
     const auto& ids = sequences[i];
     const at::Tensor input =
-        at::tensor(at::ArrayRef<int64_t>(ids), at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
-    outputs.emplace_back("logits." + std::to_string(i), model.forward(input)[0].to(at::kCPU, at::kFloat));
+        at::tensor(at::ArrayRef<int64_t>(ids), at::TensorOptions().dtype(at::kLong)).unsqueeze(0).to(device);
+    outputs.emplace_back("logits." + std::to_string(i), logits_of(input)[0].to(at::kCPU, at::kFloat));
     summary.tokens += static_cast<int64_t>(ids.size());
   }
   write_tensors(request.out_path, outputs,
                 {{"model", request.model_dir}, {"ids", request.ids_path}, {"dtype", float_dtype_name(request.dtype)}});
   summary.sequences = static_cast<int64_t>(sequences.size());
-  summary.vocab_size = config.vocab_size;
+  summary.vocab_size = vocab;
   summary.device = device.str();
   return summary;
 }
@@ -94,7 +141,8 @@ ExportSummary export_student_file(const std::string& student_path, const std::st
   s.dir = out_dir;
   s.norm = option_name(student->spec().norm);
   s.depth = student->depth();
-  s.transformers_compatible = student->spec().norm == NormPlacement::kPre;
+  s.scale_folded = student->spec().norm == NormPlacement::kPreScaled;
+  s.transformers_compatible = student->spec().norm == NormPlacement::kPre || s.scale_folded;
   return s;
 }
 

@@ -17,7 +17,10 @@ std::vector<std::vector<int64_t>> parse_id_lines(const std::string& text, const 
                                                  int64_t vocab_size);
 
 struct ForwardRequest {
-  std::string model_dir;      // Hugging Face Qwen3 folder
+  // A Hugging Face Qwen3 folder, a deepen export of any placement (config.json has deepen_norm), or
+  // a student's own file: a .safetensors file or a folder holding student.safetensors (a run's
+  // final/, a checkpoint folder).
+  std::string model_dir;
   std::string ids_path;       // text file for parse_id_lines
   std::string out_path;       // .safetensors to write
   FloatDtype dtype = FloatDtype::kFp32;  // compute dtype
@@ -31,16 +34,18 @@ struct ForwardSummary {
   std::string device;
 };
 
-// Loads the checkpoint as one teacher stage and runs each line as its own batch-1 sequence (no
-// padding, so lines of any length give exactly what the model computes for them alone). Writes
-// F32 tensors "logits.<i>" [T_i, vocab], i = 0-based sequence index, to out_path (atomic).
+// Loads the model (a student as the trainer builds it, whatever its placement; a plain Qwen3
+// checkpoint as one teacher stage) and runs each line as its own batch-1 sequence (no padding, so
+// lines of any length give exactly what the model computes for them alone). Writes F32 tensors
+// "logits.<i>" [T_i, vocab], i = 0-based sequence index, to out_path (atomic).
 ForwardSummary run_forward(const ForwardRequest& request);
 
 struct ExportSummary {
   std::string dir;
-  std::string norm;            // "pre" | "post"
+  std::string norm;            // student.norm: "pre" | "post" | "pre_scaled" (peri and mix are refused)
   int64_t depth = 0;
-  bool transformers_compatible = false;  // pre-norm only
+  bool transformers_compatible = false;  // pre and pre_scaled
+  bool scale_folded = false;             // pre_scaled: 1/sqrt(l) written into the norm gains
 };
 
 // Reads a student saved by save_student (a file, or a folder holding student.safetensors) and

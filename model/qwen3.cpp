@@ -462,6 +462,11 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const at::TensorOptions& opti
   weight = register_parameter("weight", at::ones({dim}, options));
 }
 
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  const at::Tensor gain = output_scale == 1.0 ? weight : weight * output_scale;
+  return rms_norm(x, in_compute_dtype(gain, compute_dtype), eps, kernels);
+}
+
 AttentionImpl::AttentionImpl(const DecoderSpec& s, const at::TensorOptions& options) : spec(s) {
   auto linear = [&](int64_t in, int64_t out) {
     Projection p(in, out, spec.attention_bias, options);
@@ -517,33 +522,46 @@ at::Tensor MlpImpl::forward(const at::Tensor& x) {
                                                                        : swiglu_mlp_ops(x, gate, up));
 }
 
-DecoderBlockImpl::DecoderBlockImpl(const DecoderSpec& spec, NormPlacement norm,
+DecoderBlockImpl::DecoderBlockImpl(const DecoderSpec& spec, LayerPlacement layer_placement,
                                    const at::TensorOptions& options)
-    : placement(norm), recompute_mlp(spec.recompute == Recompute::kMlp) {
+    : placement(layer_placement), recompute_mlp(spec.recompute == Recompute::kMlp) {
   self_attn = register_module("self_attn", Attention(spec, options));
   mlp = register_module("mlp", Mlp(spec, options));
   auto make_norm = [&] {
     RMSNorm n(spec.hidden, spec.rms_eps, options, spec.cpu_kernels);
     n->compute_dtype = spec.compute_dtype;
+    n->output_scale = placement.output_scale;
     return n;
   };
   input_layernorm = register_module("input_layernorm", make_norm());
   post_attention_layernorm = register_module("post_attention_layernorm", make_norm());
+  if (placement.norms == LayerNorms::kPeri) {
+    attn_output_layernorm = register_module("attn_output_layernorm", make_norm());
+    mlp_output_layernorm = register_module("mlp_output_layernorm", make_norm());
+  }
 }
 
 at::Tensor DecoderBlockImpl::forward(const at::Tensor& x, const Rotary& rope) {
-  // The MLP sub-layer with its residual add (and, pre-norm, its norm): what recompute = "mlp"
-  // reruns. The add is inside so that h's gradient sums its two uses in the same order either way.
-  auto mlp_sublayer = [pre = placement == NormPlacement::kPre, m = mlp,
-                       n = post_attention_layernorm](const at::Tensor& h) mutable {
-    return h + m->forward(pre ? n->forward(h) : h);
+  const LayerNorms norms = placement.norms;
+  // The MLP sub-layer with its residual add (and its input norm, and peri's output norm): what
+  // recompute = "mlp" reruns. The add is inside so that h's gradient sums its two uses in the same
+  // order either way. Post-norm's norm2 follows the add, outside.
+  auto mlp_sublayer = [norms, m = mlp, in = post_attention_layernorm,
+                       out = mlp_output_layernorm](const at::Tensor& h) mutable {
+    switch (norms) {
+      case LayerNorms::kPre: return h + m->forward(in->forward(h));
+      case LayerNorms::kPeri: return h + out->forward(m->forward(in->forward(h)));
+      case LayerNorms::kPost: break;
+    }
+    return h + m->forward(h);
   };
-  if (placement == NormPlacement::kPre) {
-    const at::Tensor h = x + self_attn(input_layernorm(x), rope);
-    return recompute_mlp ? recomputed(mlp_sublayer, h) : mlp_sublayer(h);
+  auto mlp_part = [&](const at::Tensor& h) { return recompute_mlp ? recomputed(mlp_sublayer, h) : mlp_sublayer(h); };
+  switch (norms) {
+    case LayerNorms::kPre: return mlp_part(x + self_attn(input_layernorm(x), rope));
+    case LayerNorms::kPeri: return mlp_part(x + attn_output_layernorm(self_attn(input_layernorm(x), rope)));
+    case LayerNorms::kPost: break;
   }
-  const at::Tensor h = input_layernorm(x + self_attn(x, rope));
-  return post_attention_layernorm(recompute_mlp ? recomputed(mlp_sublayer, h) : mlp_sublayer(h));
+  return post_attention_layernorm(mlp_part(input_layernorm(x + self_attn(x, rope))));
 }
 
 }  // namespace deepen

@@ -10,6 +10,7 @@
 
 #include "model/cpu_kernel_choice.h"
 #include "model/hf_config.h"
+#include "model/norm_placement.h"
 #include "model/recompute.h"
 
 namespace deepen {
@@ -53,10 +54,11 @@ void validate_decoder_spec(const DecoderSpec& spec, const std::string& where);
 // defaults.
 DecoderSpec decoder_spec_from(const Qwen3Config& config);
 
-// Where RMSNorm sits relative to the residual add.
-//   pre  (Qwen3):  h = x + attn(norm1(x));   y = h + mlp(norm2(h))   final norm before the head
-//   post:          h = norm1(x + attn(x));   y = norm2(h + mlp(h))   no final norm (see student.h)
-// (NormPlacement, student.norm: config/options.h)
+// Where RMSNorm sits relative to the residual add, per layer (LayerPlacement: model/norm_placement.h).
+//   pre  (Qwen3):  h = x + attn(s·norm1(x));  y = h + mlp(s·norm2(h))   s = 1, or 1/sqrt(l) (pre_scaled)
+//   post:          h = norm1(x + attn(x));    y = norm2(h + mlp(h))
+//   peri:          h = x + attn_out(attn(norm1(x)));  y = h + mlp_out(mlp(norm2(h)))
+// (NormPlacement, student.norm: config/options.h; which layers get which: layer_placement)
 
 // HF's Qwen3RMSNorm: normalize in fp32, cast back to x's dtype, THEN multiply by the weight (in
 // the weight's dtype). For bf16 the order matters: weight * bf16(x_hat), not bf16(weight * x_hat).
@@ -113,11 +115,14 @@ class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps, const at::TensorOptions& options,
               CpuKernels kernels = CpuKernels::kAuto);
-  at::Tensor forward(const at::Tensor& x) { return rms_norm(x, in_compute_dtype(weight, compute_dtype), eps, kernels); }
+  at::Tensor forward(const at::Tensor& x);
   at::Tensor weight;
   double eps;
   CpuKernels kernels;
   at::ScalarType compute_dtype = at::ScalarType::Undefined;  // DecoderSpec::compute_dtype
+  // Multiplies the output (pre_scaled's 1/sqrt(l)), applied to the gain in fp32 before any cast:
+  // y = x_hat * (weight * output_scale), one multiply per gain element instead of one per activation.
+  double output_scale = 1.0;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -147,17 +152,20 @@ TORCH_MODULE(Mlp);
 //   self_attn.{q,k,v,o}_proj.weight, self_attn.{q,k}_norm.weight, mlp.{gate,up,down}_proj.weight,
 //   input_layernorm.weight (the attention sub-layer's norm), post_attention_layernorm.weight (the
 //   MLP sub-layer's norm). For post-norm the same two names hold norm1 (after the attention add)
-//   and norm2 (after the MLP add), so one name table serves both placements.
+//   and norm2 (after the MLP add), so one name table serves both placements. Peri-norm adds the
+//   output norms attn_output_layernorm.weight and mlp_output_layernorm.weight (after the two
+//   names above, so every other parameter keeps its place and its draw).
 class DecoderBlockImpl : public torch::nn::Module {
  public:
-  DecoderBlockImpl(const DecoderSpec& spec, NormPlacement norm, const at::TensorOptions& options);
+  DecoderBlockImpl(const DecoderSpec& spec, LayerPlacement placement, const at::TensorOptions& options);
   // x: residual stream [B, T, hidden] at positions 0..T-1; rope from make_rotary(T, ...).
   at::Tensor forward(const at::Tensor& x, const Rotary& rope);
-  NormPlacement placement;
+  LayerPlacement placement;
   bool recompute_mlp = false;  // spec.recompute == kMlp
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  RMSNorm attn_output_layernorm{nullptr}, mlp_output_layernorm{nullptr};  // peri only
 };
 TORCH_MODULE(DecoderBlock);
 

@@ -73,6 +73,7 @@ StudentSpec student_spec_from_config(const StudentConfig& cfg, int64_t vocab_siz
   spec.vocab_size = vocab_size;
   spec.max_depth = cfg.layers;
   spec.norm = cfg.norm;
+  spec.mix_post_fraction = cfg.mix_post_fraction;
   spec.tie_embeddings = cfg.tie_embeddings;
   const StudentPrecision precision = cfg.precision;
   spec.dtype = precision == StudentPrecision::kBf16Pure ? at::kBFloat16 : at::kFloat;
@@ -113,7 +114,7 @@ GrowableStudent::GrowableStudent(const StudentSpec& spec, int64_t depth, uint64_
   }
   layers_ = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < depth; ++i) layers_->push_back(make_block(i));
-  if (spec_.norm == NormPlacement::kPre) {
+  if (has_final_norm(spec_.norm)) {
     norm_ = register_module("norm", RMSNorm(h, spec_.decoder.rms_eps, cpu_f32, spec_.decoder.cpu_kernels));
     norm_->to(device, spec_.dtype);
     norm_->compute_dtype = spec_.decoder.compute_dtype;
@@ -139,8 +140,12 @@ int64_t block_of_parameter(const std::string& name) {
   return block;
 }
 
+LayerPlacement GrowableStudent::placement_of(int64_t layer) const {
+  return layer_placement(spec_.norm, layer, spec_.max_depth, spec_.mix_post_fraction);
+}
+
 DecoderBlock GrowableStudent::make_block(int64_t index) const {
-  DecoderBlock block(spec_.decoder, spec_.norm, at::TensorOptions().dtype(at::kFloat));
+  DecoderBlock block(spec_.decoder, placement_of(index), at::TensorOptions().dtype(at::kFloat));
   init_like_hf(*block, generator_for(seed_, kBlockTag + static_cast<uint64_t>(index)));
   block->to(device(), spec_.dtype);
   return block;
@@ -152,21 +157,24 @@ DecoderBlock GrowableStudent::block(int64_t i) const {
   return DecoderBlock(layers_->ptr<DecoderBlockImpl>(static_cast<size_t>(i)));
 }
 
-void GrowableStudent::grow_to(int64_t new_depth, GrowInit init) {
+void GrowableStudent::grow_to(int64_t new_depth, GrowInit init, int64_t block_layers) {
   if (new_depth < depth() || new_depth > spec_.max_depth)
     throw InputError("student: cannot grow from depth " + std::to_string(depth()) + " to " +
                      std::to_string(new_depth) + " (max depth " + std::to_string(spec_.max_depth) + ")");
-  if (init == GrowInit::kIdentity && spec_.norm == NormPlacement::kPost)
-    throw InputError(
-        "curriculum.grow_init: \"identity\" is not function-preserving for a post-norm student "
-        "(a new block still renormalizes its input: norm(x + 0) != x); use \"random\" or "
-        "\"copy_last\"");
+  if (init == GrowInit::kTeacher)
+    throw std::logic_error("GrowableStudent::grow_to: \"teacher\" growth reads the teacher (grow_student, "
+                           "curriculum/growth_operator.h)");
   const int64_t old_depth = depth();
+  if (init == GrowInit::kStack && (block_layers < 1 || old_depth % block_layers != 0 || block_layers > old_depth))
+    throw InputError("curriculum.grow_init = \"stack\": the student's depth " + std::to_string(old_depth) +
+                     " is not a whole number of blocks of " + std::to_string(block_layers) + " layers");
   for (int64_t i = old_depth; i < new_depth; ++i) {
     DecoderBlock b = make_block(i);
     at::NoGradGuard no_grad;
-    if (init == GrowInit::kCopyLast) {
-      const auto src = block(old_depth - 1)->named_parameters();
+    if (init == GrowInit::kStack) {
+      // G_stack: the last block again, layer by layer in order.
+      const int64_t source = old_depth - block_layers + (i - old_depth) % block_layers;
+      const auto src = block(source)->named_parameters();
       for (auto& item : b->named_parameters()) item.value().copy_(src[item.key()]);
     } else if (init == GrowInit::kIdentity) {
       b->self_attn->o_proj->weight.zero_();

@@ -1,5 +1,6 @@
-// GrowableStudent: a Qwen3-style decoder with pre- or post-norm blocks, an active depth that grows
-// (random | copy_last | identity init), prefix freezing and a parameter checksum for data parallel.
+// GrowableStudent: a Qwen3-style decoder with a norm placement per layer (pre, post, peri, mix,
+// pre_scaled), an active depth that grows (random | stack | identity here; teacher layers through
+// curriculum/growth_operator.h), prefix freezing and a parameter checksum for data parallel.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,7 @@ struct StudentSpec {
   int64_t vocab_size = 0;
   int64_t max_depth = 0;  // blocks at the end of the curriculum
   NormPlacement norm = NormPlacement::kPre;
+  double mix_post_fraction = 0.25;  // mix only: layers [0, ceil(f · max_depth)) are post-norm
   bool tie_embeddings = true;
   // Parameters (and so AdamW state and checkpoints): kFloat or kBFloat16. The compute dtype is
   // decoder.compute_dtype when set (bf16-mixed: fp32 parameters, bf16 compute), else this one.
@@ -52,19 +54,24 @@ StudentSpec student_spec_from_config(const StudentConfig& cfg, int64_t vocab_siz
 // (embedding, boundary norm, head).
 int64_t block_of_parameter(const std::string& name);
 
-// How appended blocks are initialized.
-//   random:    normal(0, 0.02) weights, unit norms, from a generator seeded by (seed, block index),
-//              so block i gets the same weights whenever it is created (a resumed run grows alike).
-//   copy_last: each new block is a copy of the last active block before growth.
-//   identity:  random, then o_proj and down_proj zeroed: with pre-norm both sub-layers add exactly
-//              0 to the residual stream, so the grown model computes the same function. With
-//              post-norm a block still renormalizes its input (norm(x + 0) != x), so identity is
-//              rejected there with InputError.
+// How appended blocks are initialized (grow_to; "teacher" is curriculum/growth_operator.h's).
+//   random:   normal(0, 0.02) weights, unit norms, from a generator seeded by (seed, block index),
+//             so block i gets the same weights whenever it is created (a resumed run grows alike).
+//   stack:    each new layer copies a layer of the student's last block of `block_layers` layers,
+//             in order (G_stack): new layer d + j copies layer d - block_layers + (j mod block_layers),
+//             every tensor bit for bit (norm gains included; RoPE has no parameters).
+//   identity: random, then o_proj (and its bias) and down_proj zeroed: the new layer's attention and
+//             MLP outputs are exactly 0. Function-preserving where the layer adds them to the
+//             residual stream: pre, pre_scaled, peri (its output norm maps 0 to 0), mix's pre-norm
+//             layers. A post-norm layer still renormalizes its input (norm(x + 0) != x): a post-norm
+//             student's function changes; a mix student's only by a per-token scale that its final
+//             norm undoes up to eps (measured in docs/model.md).
 // (GrowInit, curriculum.grow_init: config/options.h)
 
 // Where the boundary norm sits:
 //   pre-norm:  the residual stream is never normalized inside the stack, so (as in Qwen3) a final
-//              RMSNorm `norm` sits between the last active block and the head.
+//              RMSNorm `norm` sits between the last active block and the head. So do peri, mix and
+//              pre_scaled (has_final_norm, model/norm_placement.h).
 //   post-norm: every block ends with norm2(h + mlp(h)), so the stack's output is already unit-RMS
 //              times a learned gain; the head reads the last active block's output directly and
 //              there is no `norm` parameter (an extra norm would only add a redundant gain).
@@ -90,9 +97,14 @@ class GrowableStudent : public torch::nn::Module {
   at::Device device() const;
 
   // Adds blocks until depth() == new_depth (<= max_depth, >= depth()). New blocks are trainable.
-  // Throws InputError for a depth out of range or identity init on a post-norm student.
-  void grow_to(int64_t new_depth, GrowInit init);
-  void append(int64_t n, GrowInit init) { grow_to(depth() + n, init); }
+  // block_layers: the curriculum's block, the unit `stack` copies (the new depth's growth must be
+  // a multiple of it, and so must depth()). Throws InputError for a depth out of range, and
+  // std::logic_error for kTeacher (it needs the teacher: grow_student in curriculum/growth_operator.h).
+  void grow_to(int64_t new_depth, GrowInit init, int64_t block_layers = 1);
+  void append(int64_t n, GrowInit init, int64_t block_layers = 1) { grow_to(depth() + n, init, block_layers); }
+
+  // The norm placement of layer i (< spec().max_depth): layer_placement of the spec's placement.
+  LayerPlacement placement_of(int64_t layer) const;
 
   // Freeze control: blocks [0, n_blocks) stop training (requires_grad = false). With
   // freeze_ends (the default) so do the embedding, the boundary norm (final or entry) and an untied
@@ -155,7 +167,7 @@ class GrowableStudent : public torch::nn::Module {
   Embedding embed_tokens_{nullptr};
   RMSNorm entry_norm_{nullptr};     // post-norm with spec.entry_norm only
   torch::nn::ModuleList layers_{nullptr};
-  RMSNorm norm_{nullptr};           // pre-norm only
+  RMSNorm norm_{nullptr};           // has_final_norm(spec.norm): all but post
   Projection lm_head_{nullptr};     // untied only
   BlockGate* gate_ = nullptr;
 };

@@ -48,4 +48,36 @@ void copy_teacher_ends(GrowableStudent& student, const std::string& teacher_dir)
   }
 }
 
+void check_teacher_layer_shapes(const StudentSpec& spec, const std::string& teacher_dir) {
+  const std::string config_path = teacher_dir + "/config.json";
+  const DecoderSpec& d = spec.decoder;
+  check_same_layer_shapes({d.hidden, d.heads, d.kv_heads, d.head_dim, d.intermediate, d.attention_bias, d.rope_theta},
+                          layer_shapes_of(read_qwen3_config(config_path)), config_path);
+}
+
+void copy_teacher_layers(GrowableStudent& student, const std::vector<TeacherLayerCopy>& copies,
+                         const std::string& teacher_dir) {
+  check_teacher_layer_shapes(student.spec(), teacher_dir);
+  const Qwen3Config tc = read_qwen3_config(teacher_dir + "/config.json");
+  const SafetensorsCheckpoint ckpt = SafetensorsCheckpoint::open(teacher_dir);
+  at::NoGradGuard no_grad;
+  for (const TeacherLayerCopy& c : copies) {
+    if (c.from < 0 || c.from >= tc.num_hidden_layers)
+      throw std::out_of_range("copy_teacher_layers: teacher layer " + std::to_string(c.from) + " of " +
+                              std::to_string(tc.num_hidden_layers));
+    const DecoderBlock block = student.block(c.to);
+    // Qwen3's two norms sit on the sub-layers' inputs; a post-norm layer's two sit after the adds.
+    const bool input_norms = block->placement.norms != LayerNorms::kPost;
+    auto params = block->named_parameters();
+    for (const ExpectedTensor& e : expected_layer_tensors(tc, static_cast<int>(c.from))) {
+      const bool layer_norm = e.part == "input_layernorm.weight" || e.part == "post_attention_layernorm.weight";
+      if (layer_norm && !input_norms) continue;  // an output norm: it keeps its init, 1
+      at::Tensor* p = params.find(e.part);
+      if (p == nullptr) throw std::logic_error("copy_teacher_layers: the student's layer has no " + e.part);
+      check_expected_tensor(ckpt, e);
+      p->copy_(checkpoint_tensor(ckpt, e.name));
+    }
+  }
+}
+
 }  // namespace deepen

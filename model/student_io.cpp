@@ -38,6 +38,7 @@ nlohmann::json spec_json(const GrowableStudent& s) {
           {"vocab_size", spec.vocab_size},
           {"max_depth", spec.max_depth},
           {"norm", option_name(spec.norm)},
+          {"mix_post_fraction", spec.mix_post_fraction},
           {"tie_embeddings", spec.tie_embeddings},
           {"entry_norm", spec.entry_norm},
           {"freeze_embedding", spec.freeze_embedding},
@@ -80,7 +81,7 @@ void save_student(const GrowableStudent& student, const std::string& path) {
 }
 
 std::shared_ptr<GrowableStudent> load_student(const std::string& path, at::Device device, CpuKernels kernels,
-                                              Recompute recompute) {
+                                              Recompute recompute, at::ScalarType compute_override) {
   const SafetensorsFile file = SafetensorsFile::open(path);
   const auto& meta = file.metadata();
   auto format = meta.find("format");
@@ -103,6 +104,7 @@ std::shared_ptr<GrowableStudent> load_student(const std::string& path, at::Devic
     spec.vocab_size = j.at("vocab_size");
     spec.max_depth = j.at("max_depth");
     spec.norm = parse_option<NormPlacement>(j.at("norm").get<std::string>(), path + ": metadata student.norm");
+    spec.mix_post_fraction = j.value("mix_post_fraction", 0.25);  // files of pre/post students may lack it
     spec.tie_embeddings = j.at("tie_embeddings");
     // Files written before the paper's student existed have neither key: both were false.
     spec.entry_norm = j.value("entry_norm", false);
@@ -110,8 +112,11 @@ std::shared_ptr<GrowableStudent> load_student(const std::string& path, at::Devic
     spec.dtype = to_scalar_type(parse_float_dtype(j.at("dtype").get<std::string>(), path + ": metadata student.dtype"));
     // bf16-mixed students store fp32 masters and compute in bf16; files without the key computed
     // in their parameters' dtype.
-    const at::ScalarType compute = to_scalar_type(parse_float_dtype(
-        j.value("compute_dtype", float_dtype_name(float_dtype_of(spec.dtype))), path + ": metadata student.compute_dtype"));
+    const at::ScalarType compute = compute_override != at::ScalarType::Undefined
+                                       ? compute_override
+                                       : to_scalar_type(parse_float_dtype(
+                                             j.value("compute_dtype", float_dtype_name(float_dtype_of(spec.dtype))),
+                                             path + ": metadata student.compute_dtype"));
     spec.decoder.compute_dtype = compute == spec.dtype ? at::ScalarType::Undefined : compute;
     depth = j.at("depth");
     seed = j.at("seed");
@@ -143,7 +148,26 @@ std::shared_ptr<GrowableStudent> load_student(const std::string& path, at::Devic
   return student;
 }
 
+std::vector<std::pair<std::string, at::Tensor>> hf_export_tensors(const GrowableStudent& student) {
+  std::vector<std::pair<std::string, at::Tensor>> out = hf_named_tensors(student);
+  if (student.spec().norm != NormPlacement::kPreScaled) return out;
+  // LayerNorm-Scaling's 1/sqrt(l) on a norm's output is the same as on its gain: Qwen3 with the
+  // gains scaled computes the student (the order of two fp32 multiplies apart).
+  at::NoGradGuard no_grad;
+  for (auto& [name, tensor] : out) {
+    const std::string local = name.rfind("model.", 0) == 0 ? name.substr(6) : name;
+    const int64_t layer = block_of_parameter(local);
+    if (layer < 0 || !name.ends_with("layernorm.weight")) continue;
+    tensor = (tensor.to(at::kFloat) * student.placement_of(layer).output_scale).to(tensor.scalar_type());
+  }
+  return out;
+}
+
 void export_student_hf(const GrowableStudent& student, const std::string& dir) {
+  const NormPlacement norm = student.spec().norm;
+  if (const auto why = hf_export_refusal(norm))
+    throw InputError("cannot export to Hugging Face format: " + *why +
+                     "; deepen forward --model and deepen eval read the student's own file (final/student.safetensors)");
   namespace fs = std::filesystem;
   const fs::path final_dir(dir);
   const fs::path tmp = final_dir.string() + ".tmp";
@@ -151,19 +175,22 @@ void export_student_hf(const GrowableStudent& student, const std::string& dir) {
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   nlohmann::json config = nlohmann::json::parse(qwen3_config_json(hf_config_of(student)));
-  config["deepen_norm"] = option_name(student.spec().norm);
+  // A pre_scaled export is a pre-norm Qwen3 (the scale folded into the gains): it reads back as one.
+  config["deepen_norm"] = option_name(norm == NormPlacement::kPreScaled ? NormPlacement::kPre : norm);
   config["deepen_max_depth"] = student.spec().max_depth;
   config["deepen_seed"] = student.seed();
   if (student.spec().entry_norm) config["deepen_entry_norm"] = true;
-  if (student.spec().norm == NormPlacement::kPost)
+  if (norm == NormPlacement::kPost)
     config["deepen_note"] = std::string(
         "post-norm student (h = norm(x + attn(x)); y = norm(h + mlp(h)); no final norm") +
         (student.spec().entry_norm ? "; model.entry_norm.weight normalizes the embedding output" : "") +
         "): transformers' Qwen3 implementation cannot run it; deepen forward --model reads it";
+  if (norm == NormPlacement::kPreScaled)
+    config["deepen_note"] = "pre_scaled student (LayerNorm-Scaling): each layer's norm gains hold its 1/sqrt(l), "
+                            "so transformers' Qwen3 computes it as trained";
   // Checked at close: a full disk or quota on NFS or Lustre shows only when the data leaves the cache.
   write_file_text((tmp / "config.json").string(), config.dump(2) + "\n", "the export's config");
-  write_tensors((tmp / "model.safetensors").string(), hf_named_tensors(student),
-                {{"format", "pt"}});
+  write_tensors((tmp / "model.safetensors").string(), hf_export_tensors(student), {{"format", "pt"}});
   fs::remove_all(old);
   if (fs::exists(final_dir)) fs::rename(final_dir, old);
   fs::rename(tmp, final_dir);
@@ -187,6 +214,7 @@ std::shared_ptr<GrowableStudent> load_student_hf(const std::string& dir, at::Sca
   spec.tie_embeddings = config.tie_word_embeddings;
   spec.dtype = dtype;
   spec.norm = parse_option<NormPlacement>(extra.value("deepen_norm", std::string("pre")), config_path + ": deepen_norm");
+  if (const auto why = hf_export_refusal(spec.norm)) throw InputError(config_path + ": deepen_norm: " + *why);
   spec.entry_norm = extra.value("deepen_entry_norm", false);
   spec.max_depth = extra.value("deepen_max_depth", config.num_hidden_layers);
   if (spec.max_depth < config.num_hidden_layers)
@@ -205,7 +233,7 @@ std::shared_ptr<GrowableStudent> load_student_hf(const std::string& dir, at::Sca
   }
   for (int i = 0; i < static_cast<int>(config.num_hidden_layers); ++i)
     for (ExpectedTensor& e : expected_layer_tensors(config, i)) expected.push_back(std::move(e));
-  if (spec.norm == NormPlacement::kPre) expected.push_back(expected_final_norm(config));
+  if (has_final_norm(spec.norm)) expected.push_back(expected_final_norm(config));
   if (auto head = expected_head(config)) expected.push_back(*head);
   auto params = student->named_parameters(/*recurse=*/true);
   if (params.size() != expected.size())

@@ -52,7 +52,7 @@ TeacherStage::TeacherStage(const std::string& dir, int first, int last, bool is_
   }
   layers_ = register_module("layers", torch::nn::ModuleList());
   for (int layer = first; layer < last; ++layer) {
-    DecoderBlock block(spec_, NormPlacement::kPre, options);
+    DecoderBlock block(spec_, LayerNorms::kPre, options);  // Qwen3: pre-norm
     auto params = block->named_parameters();
     const std::vector<ExpectedTensor> expected = expected_layer_tensors(config_, layer);
     if (expected.size() != params.size())

@@ -85,11 +85,21 @@ namespace {
 struct RoleGroup {
   NormPlacement norm;
   RunKind kind;
+  GrowInit op;
   std::vector<std::pair<uint64_t, std::vector<const RunData*>>> signatures;
 };
 
+// Whether the distilled runs use more than one growth operator (then the operator is part of every role).
+bool several_operators(const std::vector<RunData>& runs) {
+  std::set<GrowInit> ops;
+  for (const auto& r : runs)
+    if (run_kind(r.config, r.teacher, 0) != RunKind::kPretrain) ops.insert(r.config.curriculum.grow_init);
+  return ops.size() > 1;
+}
+
 std::vector<RoleGroup> group_by_role(const std::vector<RunData>& runs, int64_t full_depth, std::vector<std::string>& notes) {
   std::vector<RoleGroup> groups;
+  const bool by_operator = several_operators(runs);
   std::map<std::string, int> layout_repeats;  // run dir -> runs on other layouts it stands for
   for (const auto& r : runs) {
     if (r.evals.empty()) {
@@ -98,8 +108,12 @@ std::vector<RoleGroup> group_by_role(const std::vector<RunData>& runs, int64_t f
     }
     const NormPlacement norm = r.config.student.norm;
     const RunKind kind = run_kind(r.config, r.teacher, full_depth);
-    auto group = std::find_if(groups.begin(), groups.end(), [&](const RoleGroup& g) { return g.norm == norm && g.kind == kind; });
-    if (group == groups.end()) group = groups.insert(groups.end(), RoleGroup{norm, kind, {}});
+    // One operator: every run in its (norm, kind) role as before, whatever it names.
+    const GrowInit op = r.config.curriculum.grow_init;
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const RoleGroup& g) {
+      return g.norm == norm && g.kind == kind && (!by_operator || g.op == op);
+    });
+    if (group == groups.end()) group = groups.insert(groups.end(), RoleGroup{norm, kind, op, {}});
     auto& sigs = group->signatures;
     const uint64_t sig = experiment_signature(r.config);
     auto it = std::find_if(sigs.begin(), sigs.end(), [&](const auto& g) { return g.first == sig; });
@@ -124,13 +138,14 @@ std::vector<RoleGroup> group_by_role(const std::vector<RunData>& runs, int64_t f
 
 // One configuration of one role over its seeds: final CE and KL statistics, steps and tokens.
 RoleSummary summarize_role(std::vector<const RunData*> members, const std::string& role, NormPlacement norm,
-                           RunKind kind, std::vector<std::string>& notes) {
+                           RunKind kind, GrowInit op, std::vector<std::string>& notes) {
   std::sort(members.begin(), members.end(),
             [](const RunData* a, const RunData* b) { return a->config.run.seed < b->config.run.seed; });
   RoleSummary s;
   s.role = role;
   s.norm = norm;
   s.kind = kind;
+  s.op = op;
   s.runs = members;
   std::vector<double> ce, kl;
   std::set<int64_t> seen;
@@ -197,7 +212,8 @@ std::vector<double> ce_between(const std::vector<CurvePoint>& v, size_t lo, size
   return out;
 }
 
-// The pre/post crossover of one kind, from the two mean curves at their common eval steps.
+}  // namespace
+
 std::optional<Crossover> crossover(const RoleSummary& pre, const RoleSummary& post) {
   const auto cpre = mean_curve(pre);
   const auto cpost = mean_curve(post);
@@ -237,12 +253,16 @@ std::optional<Crossover> crossover(const RoleSummary& pre, const RoleSummary& po
   return x;
 }
 
-}  // namespace
-
 const RoleSummary* find_role(const Report& report, NormPlacement norm, RunKind kind) {
   const std::string plain = role_name(norm, kind);
   for (const auto& s : report.roles)
     if (s.role == plain) return &s;
+  return nullptr;
+}
+
+const RoleSummary* find_role(const Report& report, NormPlacement norm, RunKind kind, GrowInit op) {
+  for (const auto& s : report.roles)  // a role's first configuration comes first
+    if (s.norm == norm && s.kind == kind && s.op == op) return &s;
   return nullptr;
 }
 
@@ -254,21 +274,24 @@ Report build_report(const std::vector<RunData>& runs) {
   for (const auto& r : runs)
     if (run_kind(r.config, r.teacher, 0) != RunKind::kPretrain) full_depth = std::max(full_depth, r.config.student.layers);
 
+  const bool by_operator = several_operators(runs);
   for (const RoleGroup& group : group_by_role(runs, full_depth, report.notes)) {
-    const std::string role = role_name(group.norm, group.kind);
+    const std::string role =
+        role_name(group.norm, group.kind) + (by_operator ? std::string("+") + option_name(group.op) : std::string());
     for (size_t g = 0; g < group.signatures.size(); ++g) {
       const auto& members = group.signatures[g].second;
       const std::string name = g == 0 ? role : role + " (" + members.front()->config.run.name + ")";
       if (g > 0)
         report.notes.push_back(name + ": same role as " + role +
                                " but a different configuration (beyond run name, folder, seed); kept apart");
-      report.roles.push_back(summarize_role(members, name, group.norm, group.kind, report.notes));
+      report.roles.push_back(summarize_role(members, name, group.norm, group.kind, group.op, report.notes));
     }
   }
-  // Table order: the kinds' order (core runs, controls, pretraining), pre before post, then by name.
+  // Table order: the kinds' order (core runs, controls, pretraining), the placements' order (pre,
+  // post, peri, mix, pre_scaled), then by name.
   std::stable_sort(report.roles.begin(), report.roles.end(), [](const RoleSummary& a, const RoleSummary& b) {
     if (a.kind != b.kind) return a.kind < b.kind;
-    if (a.norm != b.norm) return a.norm == NormPlacement::kPre;
+    if (a.norm != b.norm) return a.norm < b.norm;
     return a.role < b.role;
   });
   add_comparisons(report);

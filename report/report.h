@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,9 +26,13 @@ Stat stat(const std::vector<double>& values);
 
 // All runs of one role (and one configuration), over seeds.
 struct RoleSummary {
-  std::string role;  // role_name(norm, kind), e.g. "post-grow" (with the run name when a role has two configurations)
+  // role_name(norm, kind), e.g. "post-grow"; "+<grow_init>" after it when the report's runs use more
+  // than one growth operator ("peri-grow+identity"); the run name after that when a role has two
+  // configurations.
+  std::string role;
   NormPlacement norm = NormPlacement::kPre;
   RunKind kind = RunKind::kJoint;
+  GrowInit op = GrowInit::kRandom;  // curriculum.grow_init of the runs
   std::vector<const RunData*> runs;  // sorted by seed
   std::vector<int64_t> seeds;
   Stat val_ce;                 // over seeds, of each run's last eval record
@@ -76,6 +81,9 @@ struct Report {
   std::vector<std::string> notes;       // runs skipped or unfinished, config mismatches
   std::vector<ScalingSweep> sweeps;     // layout sweeps among the runs (report/scaling.h); write_report fills it
   std::vector<std::string> images;      // plots write_report rendered into its out_dir ("val_ce.png", "val_ce.svg", ...)
+  // The runs the roles point into, when the report owns them (write_report's: the callers print
+  // it and list its files after the loading is gone); build_report's caller keeps its own.
+  std::shared_ptr<const std::vector<RunData>> owned_runs;
 };
 
 // Pure: the report of loaded runs.
@@ -83,6 +91,13 @@ Report build_report(const std::vector<RunData>& runs);
 
 // The summary of `norm`-`kind` runs with the role's first configuration, or null when the report has none.
 const RoleSummary* find_role(const Report& report, NormPlacement norm, RunKind kind);
+// The same for one growth operator (any report: with one operator, its roles carry no "+<op>").
+const RoleSummary* find_role(const Report& report, NormPlacement norm, RunKind kind, GrowInit op);
+
+// The phase-wise crossover of `other` against `pre` (both of one kind): at their common eval steps,
+// per stage who leads and from which step `other` stays ahead. Crossover's post_* fields are
+// `other`'s (the paper's pair: other = post-norm). None without a common eval step.
+std::optional<Crossover> crossover(const RoleSummary& pre, const RoleSummary& other);
 
 // Mean over seeds of val_ce at each eval step present in every seed's records: (step, tokens, ce).
 struct CurvePoint {

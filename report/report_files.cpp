@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -18,6 +19,7 @@
 
 #include "config/input_error.h"
 #include "config/layout_label.h"
+#include "report/factorial.h"
 #include "report/number_text.h"
 #include "report/paper_tables.h"
 #include "report/report_plots.h"
@@ -175,15 +177,20 @@ std::string runs_csv(const Report& r) {
 }
 
 Report write_report(const std::vector<std::string>& paths, const ReportOptions& options) {
-  std::vector<RunData> runs;
-  for (const auto& dir : find_run_dirs(paths)) runs.push_back(load_run(dir));
+  // The roles point into the runs, and the report outlives this function: it owns them.
+  auto owned = std::make_shared<std::vector<RunData>>();
+  for (const auto& dir : find_run_dirs(paths)) owned->push_back(load_run(dir));
+  const std::vector<RunData>& runs = *owned;
   Report report = build_report(runs);
+  report.owned_runs = owned;
   // The runs are read where they ran: this machine's cores are the ones they shared.
   report.sweeps = find_scaling_sweeps(runs, std::max<int64_t>(1, std::thread::hardware_concurrency()));
   fs::create_directories(options.out_dir);
   if (options.plots) report.images = write_report_plots(report, options, report.notes);
-  std::string md = report_markdown(report) + teacher_sharing_markdown(find_shared_teacher_jobs(paths)) +
-                   paper_tables_markdown(report) + scaling_markdown(report.sweeps);
+  const std::optional<Factorial> factorial = factorial_design(report);
+  std::string md = report_markdown(report) + (factorial ? factorial_markdown(*factorial) : std::string()) +
+                   teacher_sharing_markdown(find_shared_teacher_jobs(paths)) + paper_tables_markdown(report) +
+                   scaling_markdown(report.sweeps);
   bool plots_heading = false;
   for (const auto& img : report.images) {
     // The scaling figures sit in their own section (scaling_markdown links them).
@@ -203,12 +210,17 @@ Report write_report(const std::vector<std::string>& paths, const ReportOptions& 
   write("comparisons.csv", comparisons_csv(report));
   write("runs.csv", runs_csv(report));
   if (!report.sweeps.empty()) write("scaling.csv", scaling_csv(report.sweeps));
+  if (factorial) {
+    write("factorial.csv", factorial_csv(*factorial));
+    write("contrasts.csv", contrasts_csv(*factorial));
+  }
   return report;
 }
 
 std::string report_files_line(const Report& report, const std::string& out_dir) {
   std::string line = "report: " + (fs::path(out_dir) / "report.md").string() + ", with report.csv, comparisons.csv, runs.csv";
   if (!report.sweeps.empty()) line += ", scaling.csv";
+  if (factorial_design(report)) line += ", factorial.csv, contrasts.csv";
   std::vector<std::string> plots;
   for (const std::string& img : report.images)
     if (img.size() > 4 && img.substr(img.size() - 4) == ".png") plots.push_back(img.substr(0, img.size() - 4));

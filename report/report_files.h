@@ -22,7 +22,9 @@ struct ReportOptions {
 };
 
 // Loads every run under `paths`, writes report.md, report.csv, comparisons.csv, runs.csv and the
-// plots into options.out_dir; returns the report (the caller prints the table).
+// plots into options.out_dir, and for a factorial study (report/factorial.h) its section of
+// report.md, factorial.csv and contrasts.csv; returns the report (the caller prints the table), which
+// owns the runs its roles point into.
 Report write_report(const std::vector<std::string>& paths, const ReportOptions& options);
 
 // The closing line of `deepen report` and the demo: what write_report wrote into `out_dir`, the plots

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "report/factorial.h"
 #include "report/number_text.h"
 #include "report/paper_figures.h"
 #include "report/scaling.h"
@@ -241,6 +242,8 @@ std::vector<Figure> report_figures(const Report& report, std::vector<std::string
   if (std::optional<Figure> f = identity_figure(runs)) figures.push_back(std::move(*f));
   else notes.push_back("no growth-event identity diagnostics in the grow runs: identity plot not made");
   for (Figure& f : paper_figures(report, notes)) figures.push_back(std::move(f));
+  if (const std::optional<Factorial> design = factorial_design(report))
+    for (Figure& f : factorial_figures(*design, notes)) figures.push_back(std::move(f));
   for (Figure& f : scaling_figures(report.sweeps)) figures.push_back(std::move(f));
   return figures;
 }

@@ -149,6 +149,9 @@ DiagnosticPoint parse_diagnostic(const std::string& text) {
   }
   if (const json* rel = field(j, {"identity_rel", "identity_rel_change"})) d.identity_rel = class_values(*rel);
   if (const json* cos = field(j, {"identity_cos"})) d.identity_cos = class_values(*cos);
+  if (d.event == "grown" && j.contains("ce_before") && j.contains("ce_after"))
+    d.growth = DiagnosticPoint::Growth{j.value("depth_before", int64_t{0}), j.value("grow_init", std::string()),
+                                       j["ce_before"].get<double>(), j["ce_after"].get<double>()};
   d.block_layers = j.value("block_layers", int64_t{1});
   const auto summary = [](const json& s) {
     DistributionSummary out;

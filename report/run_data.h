@@ -54,6 +54,14 @@ struct DiagnosticPoint {
   };
   std::optional<double> removal_full_ce;
   std::vector<Removal> block_removal;
+  // A "grown" event: the growth operator's effect on the function, CE on the labels of the fixed
+  // diagnostic batch just before and just after the blocks were appended (the same weights otherwise).
+  struct Growth {
+    int64_t depth_before = 0;
+    std::string grow_init;
+    double ce_before = 0, ce_after = 0;
+  };
+  std::optional<Growth> growth;
 };
 
 // final_token_rms.json: every token's RMS at every block boundary of the finished student.

@@ -76,7 +76,7 @@ int run_step(const std::vector<std::string>& argv, const std::string& log, const
 
 }  // namespace
 
-DemoPlan load_demo_plan(const std::string& configs_dir, bool small) {
+DemoPlan load_demo_plan(const std::string& configs_dir, bool small, const std::string& study) {
   const fs::path file = fs::path(configs_dir) / "demo.toml";
   const toml::table root = parse_toml_file(file.string(), "demo plan");
   const toml::table* demo = root["demo"].as_table();
@@ -96,6 +96,16 @@ DemoPlan load_demo_plan(const std::string& configs_dir, bool small) {
     plan.prep_sets = strings(*s, "prep", file.string() + ": small");
     plan.teacher_sets = strings(*s, "teacher", file.string() + ": small");
   }
+  if (!study.empty()) {
+    const toml::table* studies = root["studies"].as_table();
+    std::string known;
+    if (studies)
+      for (const auto& [name, value] : *studies) known += (known.empty() ? "" : ", ") + std::string(name.str());
+    if (!studies || !studies->contains(study))
+      throw InputError("--study " + study + ": not a study of " + file.string() + " [studies]" +
+                       (known.empty() ? std::string(" (it has none)") : " (known: " + known + ")"));
+    plan.study = path(*studies, study.c_str(), "studies");
+  }
   return plan;
 }
 
@@ -113,7 +123,7 @@ int run_demo(const DemoOptions& options) {
   const std::string configs = options.configs.empty() ? find_demo_configs(exe) : options.configs;
   if (configs.empty())
     throw InputError("cannot find configs/demo/demo.toml next to this binary's checkout or here; pass --configs");
-  const DemoPlan plan = load_demo_plan(configs, options.small);
+  const DemoPlan plan = load_demo_plan(configs, options.small, options.study);
   const std::string out = !options.out_dir.empty() ? options.out_dir : options.small ? "runs/demo-small" : "runs/demo";
   fs::create_directories(out);
   const std::string train = (fs::path(out) / "data" / "train").string();
@@ -126,7 +136,8 @@ int run_demo(const DemoOptions& options) {
     }
     return argv;
   };
-  std::cout << "deepen demo: " << (options.small ? "reduced" : "full") << " CPU study from " << configs << " into " << out
+  std::cout << "deepen demo: " << (options.small ? "reduced" : "full") << " CPU study "
+            << (options.study.empty() ? std::string() : options.study + " ") << "from " << configs << " into " << out
             << "\n" << std::flush;
 
   // 1. Corpus. A marker records what was tokenized, so a different source list re-tokenizes.
@@ -169,8 +180,8 @@ int run_demo(const DemoOptions& options) {
     }
   }
 
-  // 3. The study: pre/post-norm x joint/grow, distilled from that teacher.
-  const std::string study_dir = (fs::path(out) / "study").string();
+  // 3. The study: pre/post-norm x joint/grow (or the named study), distilled from that teacher.
+  const std::string study_dir = (fs::path(out) / (options.study.empty() ? "study" : options.study)).string();
   {
     StudySpec spec = load_study(plan.study);
     spec.out_dir = study_dir;
@@ -191,10 +202,11 @@ int run_demo(const DemoOptions& options) {
 
   // 4. The report, recomputed from the run records.
   ReportOptions ro;
-  ro.out_dir = (fs::path(out) / "report").string();
+  ro.out_dir = (fs::path(out) / (options.study.empty() ? "report" : options.study + "-report")).string();
   std::cout << "[4/4] report  (" << seconds_since(t0) << ")\n" << std::flush;
   const Report report = write_report({study_dir}, ro);
-  std::cout << "\n" << report_markdown(report) << "\n" << report_files_line(report, ro.out_dir) << "\n"
+  std::cout << "\n" << (options.study.empty() ? report_markdown(report) : std::string()) << "\n"
+            << report_files_line(report, ro.out_dir) << "\n"
             << "deepen demo: finished in " << seconds_since(t0) << "\n";
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include "config/input_error.h"
+#include "curriculum/growth_operator.h"
 #include "model/student_from_teacher.h"
 #include "train/batch_source.h"
 #include "train/compute_threads.h"
@@ -137,6 +138,7 @@ void Trainer::start_student() {
       throw InputError(cfg_.source + ": student.init = \"teacher\" needs teacher.checkpoint");
     copy_teacher_ends(*student_, cfg_.teacher.checkpoint);
   }
+  start_blocks(*student_, growth_operator_of(cfg_));  // "teacher": the first stage's layers from the teacher
   register_parameters();
 }
 
@@ -321,9 +323,10 @@ void Trainer::begin_phase(int64_t step, int stage) {
 }
 
 void Trainer::grow(int64_t step, int stage) {
-  const GrowInit init = cfg_.curriculum.grow_init;
   const int64_t before = student_->depth();
-  student_->grow_to(schedule_.depth_at(step), init);
+  // The growth's effect on the function, on the fixed diagnostic batch (student 0 records it).
+  const double ce_before = leader_ ? diagnostic_ce() : 0;
+  grow_student(*student_, schedule_.depth_at(step), growth_operator_of(cfg_));
   // New blocks: made on every student from the same seed, then student 0's copy is broadcast so
   // agreement never rests on identical arithmetic alone; the checksum proves it.
   std::vector<at::Tensor> fresh;
@@ -336,6 +339,7 @@ void Trainer::grow(int64_t step, int stage) {
   apply_freeze(stage);
   register_parameters();
   group_.check_same(student_->parameter_checksum(), "parameters after growth", step);
+  if (leader_) record_growth(step, stage, before, ce_before, diagnostic_ce());
   if (leader_ && run_.print_progress)
     std::cerr << "deepen: step " << step << ": grew " << before << " -> " << student_->depth() << " blocks ("
               << cfg_.curriculum.grow_init << (cfg_.curriculum.freeze_prefix ? ", prefix frozen" : "") << ")\n";

@@ -64,7 +64,7 @@ class Trainer {
 
   // student_trainer.cpp: the run, top to bottom, and the step loop.
   std::optional<CheckpointStore::Found> resume_checkpoint() const;
-  void start_student();  // a fresh student (random, or the teacher's ends) and its optimizer
+  void start_student();  // a fresh student (random, or the teacher's ends and layers) and its optimizer
   bool stop_requested_before(int64_t step) const;
   void run_step(int64_t step);
   void end_run();
@@ -102,6 +102,10 @@ class Trainer {
   // the model a block is appended to), "final" (after the run's last step). Phase ends and the end
   // add block removal; the end also writes every token's RMS (final_token_rms.json).
   void diagnose(int64_t step, int stage, const char* event);
+  // CE on the labels of the fixed diagnostic batch (student 0): before and after a growth, the
+  // change the growth operator made to the function (recorded as a "grown" diagnostics event).
+  double diagnostic_ce();
+  void record_growth(int64_t step, int stage, int64_t depth_before, double ce_before, double ce_after);
   // Token classes of the diagnostic batch; padded positions (label kIgnoreLabel) get kPaddingTokenClass.
   at::Tensor token_classes(const at::Tensor& inputs, const at::Tensor& labels) const;
 

@@ -241,7 +241,9 @@ void Trainer::finish() {
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   save_student(*student_, (tmp / fs::path(run.final_student()).filename()).string());
-  export_student_hf(*student_, (tmp / fs::path(run.final_hf()).filename()).string());
+  // Peri and mix students have no Hugging Face layout: final/student.safetensors is their file.
+  if (!hf_export_refusal(student_->spec().norm))
+    export_student_hf(*student_, (tmp / fs::path(run.final_hf()).filename()).string());
   fs::remove_all(final_dir);
   fs::rename(tmp, final_dir);
   write_active_layer_tokens(out_dir_, {progress_.active_layer_tokens, progress_.tokens, progress_.steps_done, true});

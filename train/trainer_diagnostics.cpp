@@ -55,6 +55,27 @@ void Trainer::diagnose(int64_t step, int stage, const char* event) {
   }
 }
 
+double Trainer::diagnostic_ce() {
+  at::NoGradGuard no_grad;
+  const MicroBatch mb = run_.batches->diagnostic();
+  const CeSum ce = cross_entropy_sum(student_->forward_hidden(mb.inputs.to(device_)), student_->head_weight(),
+                                     mb.labels.to(device_));
+  return ce.tokens > 0 ? ce.sum / static_cast<double>(ce.tokens) : 0;
+}
+
+void Trainer::record_growth(int64_t step, int stage, int64_t depth_before, double ce_before, double ce_after) {
+  write_records([&] {
+    records_->diagnostics({{"step", step},
+                           {"stage", stage},
+                           {"depth", student_->depth()},
+                           {"event", "grown"},
+                           {"depth_before", depth_before},
+                           {"grow_init", option_name(cfg_.curriculum.grow_init)},
+                           {"ce_before", ce_before},
+                           {"ce_after", ce_after}});
+  });
+}
+
 at::Tensor Trainer::token_classes(const at::Tensor& inputs, const at::Tensor& labels) const {
   const at::Tensor ids = inputs.to(at::kCPU, at::kLong).contiguous();
   const at::Tensor padded = labels.to(at::kCPU, at::kLong).eq(kIgnoreLabel).contiguous();

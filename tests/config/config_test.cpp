@@ -112,9 +112,49 @@ TEST(Config, StagesMustEndAtStudentDepth) {
             std::string::npos);
 }
 
-TEST(Config, IdentityGrowthIsRejectedForPostNorm) {
-  EXPECT_NE(error_of(kMinimal, {"student.norm=post", "curriculum.grow_init=identity"}).find("not function-preserving"),
+// Every placement takes every operator, identity included (where it is not function-preserving its
+// change is measured); what cannot be served is named before anything runs.
+TEST(Config, EveryPlacementTakesEveryGrowthOperator) {
+  for (const char* norm : {"pre", "post", "peri", "mix", "pre_scaled"})
+    for (const char* op : {"random", "stack", "identity"})
+      EXPECT_NO_THROW(parse_config(kMinimal, "x.toml", {std::string("student.norm=") + norm,
+                                                         std::string("curriculum.grow_init=") + op}))
+          << norm << " " << op;
+}
+
+TEST(Config, TeacherGrowthNeedsTheTeachersStudent) {
+  EXPECT_NE(error_of(kMinimal, {"curriculum.grow_init=teacher"})
+                .find("curriculum.grow_init: \"teacher\" copies the teacher's layers, which read the teacher's "
+                      "embedding: needs student.init = \"teacher\" (got \"random\")"),
             std::string::npos);
+}
+
+TEST(Config, RetiredCopyLastNamesItsReplacement) {
+  EXPECT_NE(error_of(kMinimal, {"curriculum.grow_init=copy_last"})
+                .find("--set curriculum.grow_init: \"copy_last\" is retired: write \"stack\""),
+            std::string::npos);
+}
+
+TEST(Config, MixPostFractionMustLieInsideZeroOne) {
+  for (const char* f : {"0", "1", "-0.1", "1.5"})
+    EXPECT_NE(error_of(kMinimal, {"student.norm=mix", std::string("student.mix_post_fraction=") + f})
+                  .find("student.mix_post_fraction: must be in (0, 1), got"),
+              std::string::npos)
+        << f;
+  // Inside (0, 1) but every layer post-norm: that is post, not mix.
+  EXPECT_NE(error_of(kMinimal, {"student.norm=mix", "student.mix_post_fraction=0.9"})
+                .find("student.mix_post_fraction: 0.9 makes all 3 layers post-norm (ceil(fraction x layers) = 3)"),
+            std::string::npos);
+  EXPECT_NO_THROW(parse_config(kMinimal, "x.toml", {"student.norm=mix", "student.mix_post_fraction=0.5"}));
+}
+
+TEST(Config, MixPostLayersIsTheCeilingOfFractionTimesLayers) {
+  EXPECT_EQ(mix_post_layers(9, 0.25), 3);
+  EXPECT_EQ(mix_post_layers(12, 0.25), 3);
+  EXPECT_EQ(mix_post_layers(9, 0.5), 5);
+  EXPECT_EQ(mix_post_layers(9, 1.0 / 3.0), 3);
+  EXPECT_EQ(mix_post_layers(9, 0.3333333333), 3);
+  EXPECT_EQ(mix_post_layers(3, 0.01), 1);
 }
 
 TEST(Config, StudentsMustDivideAmongPipelines) {

@@ -1,7 +1,9 @@
 // Export: deepen student -> Hugging Face folder -> transformers gives the same fp32 logits; the
-// student file and the HF folder both round-trip; post-norm exports are marked as such.
+// student file and the HF folder both round-trip; post-norm exports are marked as such; pre_scaled's
+// scales are folded into the gains; peri and mix are refused.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -58,6 +60,38 @@ TEST(Export, PreNormStudentLoadsInTransformersWithTheSameLogits) {
     EXPECT_EQ(load_student_hf(tmp + "/hf")->parameter_checksum(), s.parameter_checksum());
     EXPECT_FALSE(std::filesystem::exists(tmp + "/hf.tmp"));
   }
+}
+
+// LayerNorm-Scaling's 1/sqrt(l) folded into each layer's two norm gains: transformers' Qwen3 computes
+// the pre_scaled student (the order of two fp32 multiplies apart), and the folder reads back as a
+// pre-norm student whose gains hold the scales.
+TEST(Export, PreScaledStudentLoadsInTransformersWithTheSameLogits) {
+  at::manual_seed(13);
+  GrowableStudent s(spec_for(NormPlacement::kPreScaled, false), 3, 3);
+  test::give_order_one_activations(s);
+  const std::string tmp = test::temp_dir("export_pre_scaled");
+  export_student_hf(s, tmp + "/hf");
+  std::ifstream in(tmp + "/hf/config.json");
+  EXPECT_EQ(nlohmann::json::parse(in).at("deepen_norm"), "pre");
+  const std::string ids = write_ids(tmp);
+  const auto r = test::run_command(std::string(test::kPython) + " " + test::hf_reference_script("run_transformers.py") +
+                                   " --model " + tmp + "/hf --ids " + ids + " --out " + tmp + "/hf_logits.safetensors");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto hf = test::read_logits(tmp + "/hf_logits.safetensors");
+  const auto lines = test::read_ids(ids);
+  ASSERT_EQ(hf.size(), lines.size());
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const at::Tensor mine = s.forward(lines[i])[0];
+    EXPECT_GT(mine.abs().max().item<double>(), 1.0);
+    EXPECT_LT(test::max_abs_diff(mine, hf[i]), 1e-4) << "line " << i;
+  }
+  // Layer 2 (l = 3): the export's gains are the student's times 1/sqrt(3); the final norm unscaled.
+  const auto back = load_student_hf(tmp + "/hf");
+  EXPECT_EQ(back->spec().norm, NormPlacement::kPre);
+  EXPECT_TRUE(at::allclose(back->block(2)->input_layernorm->weight, s.block(2)->input_layernorm->weight / std::sqrt(3.0),
+                           1e-6, 0));
+  EXPECT_TRUE(at::equal(back->block(0)->post_attention_layernorm->weight, s.block(0)->post_attention_layernorm->weight));
 }
 
 TEST(Export, PostNormStudentIsExportedAndMarked) {
@@ -140,6 +174,28 @@ TEST(DeepenExport, CommandWritesTheFolderAndSaysWhenTransformersCannotRunIt) {
   r = test::run_command(std::string(test::kDeepenBin) + " export --checkpoint " + tmp + "/absent --out " + tmp +
                         "/x");
   EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
+// Peri-LN and Mix-LN have no Hugging Face architecture: `deepen export` exits 2 naming the placement
+// and the file that still runs (the student's own), and writes nothing.
+TEST(DeepenExport, PeriAndMixStudentsAreRefusedNamingThePlacement) {
+  const std::string tmp = test::temp_dir("export_refused");
+  for (const NormPlacement norm : {NormPlacement::kPeri, NormPlacement::kMix}) {
+    const std::string name = option_name(norm);
+    StudentSpec spec = spec_for(norm, false);
+    GrowableStudent s(spec, 2, 1);
+    save_student(s, tmp + "/" + name + ".safetensors");
+    const auto r = test::run_command(std::string(test::kDeepenBin) + " export --checkpoint " + tmp + "/" + name +
+                                     ".safetensors --out " + tmp + "/" + name + "_hf");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("cannot export to Hugging Face format: student.norm = \"" + name +
+                            "\" has no Hugging Face architecture"),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("final/student.safetensors"), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(tmp + "/" + name + "_hf"));
+    EXPECT_FALSE(std::filesystem::exists(tmp + "/" + name + "_hf.tmp"));
+  }
 }
 
 // The student file knows its layers; the run folder it sits in knows how many make a block

@@ -70,20 +70,24 @@ TEST(Student, IdentityGrowthLeavesThePreNormFunctionUnchanged) {
   EXPECT_GT(s.block(3)->self_attn->q_proj->weight.abs().max().item<double>(), 0.0);
 }
 
-TEST(Student, IdentityGrowthIsRejectedForPostNorm) {
+// A post-norm layer renormalizes its input even when both sub-layers add 0: identity growth is
+// allowed, and changes the function by what norm(norm(x)) differs from x (measured in
+// tests/model/growth_operator_test.cpp, per placement).
+TEST(Student, IdentityGrowthOfAPostNormStudentRenormalizesItsInput) {
   GrowableStudent s(small_spec(NormPlacement::kPost), 1, 7);
-  try {
-    s.append(1, GrowInit::kIdentity);
-    FAIL() << "expected InputError";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("not function-preserving for a post-norm student"), std::string::npos);
+  {
+    at::NoGradGuard no_grad;
+    s.block(0)->post_attention_layernorm->weight.mul_(1.5);  // as training moves the last gain off 1
   }
-  EXPECT_EQ(s.depth(), 1);
+  const at::Tensor before = s.forward(some_ids());
+  s.append(1, GrowInit::kIdentity);
+  EXPECT_EQ(s.depth(), 2);
+  EXPECT_FALSE(at::allclose(s.forward(some_ids()), before, 1e-3, 1e-3));
 }
 
-TEST(Student, CopyLastCopiesTheLastActiveBlock) {
+TEST(Student, StackCopiesTheLastActiveBlock) {
   GrowableStudent s(small_spec(NormPlacement::kPost), 2, 7);
-  s.append(2, GrowInit::kCopyLast);
+  s.append(2, GrowInit::kStack);  // one-layer blocks: both new layers copy layer 1
   const auto last = s.block(1)->named_parameters();
   for (int64_t i : {2, 3})
     for (const auto& item : s.block(i)->named_parameters()) {

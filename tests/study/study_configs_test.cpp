@@ -13,6 +13,7 @@
 #include "report/report.h"
 #include "study/local_runner.h"
 #include "study/teacher_groups.h"
+#include "tests/study/study_dry_run.h"
 #include "tests/test_paths.h"
 
 namespace deepen {
@@ -223,17 +224,9 @@ TEST(StudyConfigs, DeepenTrainDryRunAcceptsEveryRun) {
   for (const auto& file : study_files()) {
     const StudyPlan plan = expand_study(load_study(file));
     for (const auto& job : plan.jobs) {
-      ProcessSpec p;  // the runner's arguments, in one process: a dry run starts no ranks
-      p.argv = {test::kDeepenBin, option_name(plan.spec.command), plan.spec.base};
-      for (const auto& o : job.overrides) {
-        p.argv.push_back("--set");
-        p.argv.push_back(o);
-      }
-      p.argv.push_back("--dry-run");
-      p.log_path = log;
-      fs::remove(log);
-      EXPECT_EQ(run_process(p), 0) << file << " " << job.id() << ": " << shell_join(p.argv) << "\n"
-                                   << tail_lines(log, 20);
+      std::string command;
+      EXPECT_EQ(test::study_job_dry_run(plan, job, log, command), 0) << file << " " << job.id() << ": " << command << "\n"
+                                                                    << tail_lines(log, 20);
     }
   }
 }
