@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "child_process/child_process.h"
 #include "config/input_error.h"
 #include "config/toml_text.h"
 #include "run_folder/run_folder.h"

@@ -265,10 +265,6 @@ int64_t job_tasks(const StudyPlan& plan, const StudyJob& job) {
   return use_mpirun(plan.spec.launcher, job.world_size, true) ? job.world_size : 1;
 }
 
-int64_t job_tasks(const StudyPlan& plan, const StudyJob& job) {
-  return use_mpirun(plan.spec.launcher, job.world_size, true) ? job.world_size : 1;
-}
-
 std::vector<StudyGroup> study_units(const StudyPlan& plan) {
   if (!plan.groups.empty()) return plan.groups;
   std::vector<StudyGroup> units;
