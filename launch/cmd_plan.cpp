@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "config/input_error.h"
+#include "data/token_shards.h"
 #include "launch/command_line.h"
 #include "plan/cost_model.h"
 #include "plan/memory_model.h"
@@ -70,10 +71,52 @@ double run_tokens(const PlanInput& in, const PlanInput* budget_from) {
   return budget_from->total_tokens * layer_weight / weight / static_cast<double>(depth);
 }
 
+// The training split's tokens from its shard headers, or 0 when its shards are not there.
+double split_tokens(const std::string& path) {
+  double n = 0;
+  try {
+    for (const std::string& f : list_shard_files(path)) n += static_cast<double>(Shard::open(f).size());
+  } catch (const InputError&) {
+    return 0;
+  }
+  return n;
+}
+
+// study.teacher = "cache": the teacher once over the cache's tokens on study.cache_parts devices,
+// then every run on its students alone; and the cache's size on disk.
+void print_cache_cost(const StudyPlan& plan, const std::vector<PlanInput>& inputs, const std::vector<RunRates>& rates,
+                      const ClusterSpec& c, double alone_device_hours, bool chosen) {
+  const Config& cfg = plan.jobs.front().config;
+  const int64_t devices = plan.spec.cache_parts;
+  const LayoutEstimate e = estimate_layout(inputs.front(), c, devices, 1, devices, RankOrder::kRoles);
+  double longest = 0;
+  for (const RunRates& r : rates) longest = std::max(longest, r.tokens);
+  const double split = split_tokens(cfg.data.train);
+  // cache.train_sequences = 0 caches the whole split: the runs' fresh documents (data orders by seed)
+  // lie all over it. Without the shards here, the longest run's tokens: a lower bound.
+  const double tokens = cfg.cache.train_sequences == 0 && split > 0 ? split : longest;
+  const CacheStudyCost cc = cache_study_cost(rates, tokens, e.teacher_tokens_per_s, devices);
+  std::printf("a teacher cache (study.teacher = \"cache\"%s): the teacher once over %.4g tokens (%s) on %lld devices, "
+              "%.1f job hours, %.0f device-hours; then each run on its students alone:\n"
+              "                    %10.0f device-hours, %8.1f job hours (%.2f x a teacher per run)\n",
+              chosen ? ", this study's" : "", tokens,
+              cfg.cache.train_sequences == 0 && split > 0 ? "data.train, every token"
+                                                           : "the longest run's; the whole split when its shards are here",
+              static_cast<long long>(devices), cc.cache_job_hours, cc.cache_device_hours, cc.device_hours, cc.job_hours,
+              cc.device_hours / alone_device_hours);
+  const int64_t bound = cache_bytes_per_token_bound(cfg.cache.samples, cfg.cache.topk, inputs.front().teacher.vocab);
+  std::printf("the cache on disk (cache.samples = %lld, cache.topk = %lld): at most %lld bytes/token (all K draws "
+              "distinct), %.2f TB for %.4g tokens; a peaked teacher draws fewer distinct ids (docs/cache.md)\n",
+              static_cast<long long>(cfg.cache.samples), static_cast<long long>(cfg.cache.topk),
+              static_cast<long long>(bound), static_cast<double>(bound) * tokens / 1e12, tokens);
+}
+
 // `deepen plan --study FILE`: every run's layout rated as the config gives it, then the study's
 // device-hours and job hours with a teacher per run and with the runs grouped to share one.
 void print_study_cost(const std::string& file, const std::vector<std::string>& sets, const ClusterSpec& c) {
   StudySpec spec = load_study(file);
+  const bool cached = spec.teacher == StudyTeacher::kCache;
+  spec.teacher = StudyTeacher::kLive;  // rated with a teacher, shared and not, and then with a cache
   spec.share_teacher = true;
   if (spec.launcher == Launcher::kDirect) spec.launcher = Launcher::kAuto;
   const StudyPlan plan = expand_study(spec, sets);
@@ -134,6 +177,7 @@ void print_study_cost(const std::string& file, const std::vector<std::string>& s
                 c2.shared_device_hours / cost.alone_device_hours, c2.shared_job_hours);
   }
   std::printf("fewest device-hours: max_group_runs = %zu\n", best);
+  print_cache_cost(plan, inputs, rates, c, cost.alone_device_hours, cached);
 }
 
 }  // namespace

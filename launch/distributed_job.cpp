@@ -24,6 +24,8 @@
 #include "run_folder/checkpoint_store.h"
 #include "run_folder/run_folder.h"
 #include "run_folder/step_time.h"
+#include "teacher_cache/cache_teacher_source.h"
+#include "teacher_cache/teacher_cache.h"
 #include "train/compute_threads.h"
 #include "train/shard_batch_source.h"
 #include "train/student_trainer.h"
@@ -111,12 +113,20 @@ int run_student_rank(const RankContext& c) {
   std::vector<int> student_ranks;
   for (int s = 0; s < layout.students; ++s) student_ranks.push_back(layout.student_rank(s, me.run));
   CommStudentGroup group(*c.groups.students, student_ranks);
-  ChannelTeacherSource teacher(*c.groups.logit_channel, c.plan.channel, plan.vocab,
-                               layout.teacher_rank(me.pipeline, layout.teacher_stages - 1), c.mpi.rank(), c.device,
-                               teacher_head_for_channel(c.plan, c.device));
   std::unique_ptr<BatchSource> real_batches;
   const std::unique_ptr<BatchSource> batches =
       inject_wrong_batch(make_shard_batch_source(plan, c.tokenizer), real_batches);
+  // The targets: the logit channel of this student's pipeline, or (no teacher ranks) the teacher
+  // cache, which student 0's start-up checks verified for every rank.
+  std::unique_ptr<TeacherSource> source;
+  if (c.plan.from_cache)
+    source = std::make_unique<CacheTeacherSource>(TeacherCache::open(plan.cfg.cache.dir), *batches, plan.cfg.cache.targets,
+                                                  c.device);
+  else
+    source = std::make_unique<ChannelTeacherSource>(*c.groups.logit_channel, c.plan.channel, plan.vocab,
+                                                    layout.teacher_rank(me.pipeline, layout.teacher_stages - 1),
+                                                    c.mpi.rank(), c.device, teacher_head_for_channel(c.plan, c.device));
+  TeacherSource& teacher = *source;
   const std::unique_ptr<TeacherSource> nan_teacher = inject_nan_targets(teacher);
   const int64_t steps_done = c.steps_done.at(static_cast<size_t>(me.run));
   StudentRun run;
@@ -193,9 +203,11 @@ int run_planned_distributed_job(const JobPlan& plan, const JobOptions& options, 
   // A run that finished leaves the control plane before it waits for the others (a shared teacher
   // goes on for the longer runs): it is then neither asked about a stop nor watched for progress.
   // Rank 0 (a teacher in every order) hosts the coordinator and leaves last.
-  if (me.is_student()) control.shutdown(rc);
+  // Without teacher ranks (a run from a teacher cache) rank 0 is student 0, and it leaves last.
+  const bool hosts = layout.teacher_ranks() > 0 ? me.is_teacher() : mpi.rank() == 0;
+  if (!hosts) control.shutdown(rc);
   world->barrier();
-  if (me.is_teacher()) control.shutdown(rc);
+  if (hosts) control.shutdown(rc);
   return rc;
 }
 
