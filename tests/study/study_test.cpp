@@ -9,6 +9,7 @@
 #include "config/input_error.h"
 #include "curriculum/growth_schedule.h"
 #include "run_folder/active_layer_tokens.h"
+#include "run_folder/progress.h"
 #include "study/local_runner.h"
 #include "study/slurm_study.h"
 #include "tests/test_paths.h"
