@@ -76,6 +76,9 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--sources", nargs="+", default=None,
+                    help="the runs' corpus (default: the demo's, configs/demo/teacher.toml); the teacher always "
+                         "learns from the demo's whole corpus")
     a = ap.parse_args()
     work = os.path.abspath(a.work)
     os.makedirs(work, exist_ok=True)
@@ -85,14 +88,19 @@ def main():
     sets = lambda xs: sum((["--set", x] for x in xs), [])  # noqa: E731
     threads = f"run.threads={a.threads}"
 
-    # 1. Corpus and teacher.
+    # 1. Corpus and teacher (the teacher from the demo's whole corpus; the runs on --sources, when given).
     if not os.path.exists(f"{work}/data/train"):
         run([a.deepen, "prep", teacher_cfg] + sets(paths))
     hf = f"{work}/teacher/final/hf"
     if not os.path.exists(hf):
         t, _ = run([a.deepen, "pretrain", teacher_cfg, "--quiet"] + sets(paths + [f'run.out_dir="{work}/teacher"', threads]))
         print(f"teacher: {t:.0f} s")
-    common = paths + [f'teacher.checkpoint="{hf}"', threads, 'student.norm="pre"', 'parallel.backend="mpi"']
+    if a.sources:
+        paths = [f'data.train="{work}/runs-data/train"', f'data.valid="{work}/runs-data/valid"']
+        if not os.path.exists(f"{work}/runs-data/train"):
+            srcs = "[" + ", ".join(f'"{x}"' for x in a.sources) + "]"
+            run([a.deepen, "prep", teacher_cfg] + sets(paths + [f"data.sources={srcs}", "data.valid_fraction=0.05"]))
+    common = paths + [f'teacher.checkpoint="{hf}"', threads, 'student.norm="pre"']
 
     # 2. The caches.
     caches = {"K=8": ["cache.samples=8"], "K=32": ["cache.samples=32"], "K=64": ["cache.samples=64", "cache.topk=64"]}
@@ -130,7 +138,7 @@ def main():
     torch.set_num_threads(a.threads)
     teacher = AutoModelForCausalLM.from_pretrained(hf, torch_dtype=torch.float32).eval()
     seq_len, n_windows = 128, 8 * 8  # configs/demo/base.toml: data.seq_len, eval.batches × micro_batch
-    stream = load_shards(f"{work}/data/valid")
+    stream = load_shards(f"{work}/{'runs-data' if a.sources else 'data'}/valid")
     windows = [stream[i * seq_len:i * seq_len + seq_len + 1] for i in range(n_windows)]
     for v, rows in results.items():
         for r in rows:

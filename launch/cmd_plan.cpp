@@ -53,6 +53,7 @@ struct PlanCommand {
   std::string calibrate;
   int64_t cores = 0, threads = 1;
   double p2p_bw = 5e9;
+  double cache_tokens = 0;  // --study: the teacher cache's tokens (0: the training split, else the longest run)
   std::string layout;
   std::vector<std::string> check;
   size_t show = 8;
@@ -85,7 +86,7 @@ double split_tokens(const std::string& path) {
 // study.teacher = "cache": the teacher once over the cache's tokens on study.cache_parts devices,
 // then every run on its students alone; and the cache's size on disk.
 void print_cache_cost(const StudyPlan& plan, const std::vector<PlanInput>& inputs, const std::vector<RunRates>& rates,
-                      const ClusterSpec& c, double alone_device_hours, bool chosen) {
+                      const ClusterSpec& c, double alone_device_hours, bool chosen, double given_tokens) {
   const Config& cfg = plan.jobs.front().config;
   const int64_t devices = plan.spec.cache_parts;
   const LayoutEstimate e = estimate_layout(inputs.front(), c, devices, 1, devices, RankOrder::kRoles);
@@ -94,14 +95,15 @@ void print_cache_cost(const StudyPlan& plan, const std::vector<PlanInput>& input
   const double split = split_tokens(cfg.data.train);
   // cache.train_sequences = 0 caches the whole split: the runs' fresh documents (data orders by seed)
   // lie all over it. Without the shards here, the longest run's tokens: a lower bound.
-  const double tokens = cfg.cache.train_sequences == 0 && split > 0 ? split : longest;
+  const double tokens = given_tokens > 0 ? given_tokens : cfg.cache.train_sequences == 0 && split > 0 ? split : longest;
+  const char* source = given_tokens > 0                                  ? "--cache-tokens"
+                       : cfg.cache.train_sequences == 0 && split > 0 ? "data.train, every token"
+                                                                        : "the longest run's; the whole split when its shards are here";
   const CacheStudyCost cc = cache_study_cost(rates, tokens, e.teacher_tokens_per_s, devices);
   std::printf("a teacher cache (study.teacher = \"cache\"%s): the teacher once over %.4g tokens (%s) on %lld devices, "
               "%.1f job hours, %.0f device-hours; then each run on its students alone:\n"
               "                    %10.0f device-hours, %8.1f job hours (%.2f x a teacher per run)\n",
-              chosen ? ", this study's" : "", tokens,
-              cfg.cache.train_sequences == 0 && split > 0 ? "data.train, every token"
-                                                           : "the longest run's; the whole split when its shards are here",
+              chosen ? ", this study's" : "", tokens, source,
               static_cast<long long>(devices), cc.cache_job_hours, cc.cache_device_hours, cc.device_hours, cc.job_hours,
               cc.device_hours / alone_device_hours);
   const int64_t bound = cache_bytes_per_token_bound(cfg.cache.samples, cfg.cache.topk, inputs.front().teacher.vocab);
@@ -113,7 +115,8 @@ void print_cache_cost(const StudyPlan& plan, const std::vector<PlanInput>& input
 
 // `deepen plan --study FILE`: every run's layout rated as the config gives it, then the study's
 // device-hours and job hours with a teacher per run and with the runs grouped to share one.
-void print_study_cost(const std::string& file, const std::vector<std::string>& sets, const ClusterSpec& c) {
+void print_study_cost(const std::string& file, const std::vector<std::string>& sets, const ClusterSpec& c,
+                      double cache_tokens) {
   StudySpec spec = load_study(file);
   const bool cached = spec.teacher == StudyTeacher::kCache;
   spec.teacher = StudyTeacher::kLive;  // rated with a teacher, shared and not, and then with a cache
@@ -177,7 +180,7 @@ void print_study_cost(const std::string& file, const std::vector<std::string>& s
                 c2.shared_device_hours / cost.alone_device_hours, c2.shared_job_hours);
   }
   std::printf("fewest device-hours: max_group_runs = %zu\n", best);
-  print_cache_cost(plan, inputs, rates, c, cost.alone_device_hours, cached);
+  print_cache_cost(plan, inputs, rates, c, cost.alone_device_hours, cached, cache_tokens);
 }
 
 }  // namespace
@@ -187,6 +190,8 @@ void register_plan_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("plan", "cost model: teacher/student/logit-channel rates and the T, P, S to use");
   cmd->add_option("config", o->config, "deepen config (student, teacher, batch, curriculum); default: the paper's setup");
   cmd->add_option("--set", o->sets, "override a config key: section.key=value")->take_all();
+  cmd->add_option("--cache-tokens", o->cache_tokens,
+                  "--study: the tokens a teacher cache would hold (default: data.train's, else the longest run's)");
   cmd->add_option("--study", o->study,
                   "a study file: device-hours and job hours of its runs with a teacher each and sharing one "
                   "(study.share_teacher); --set applies to every run");
@@ -249,7 +254,7 @@ void register_plan_command(CLI::App& app) {
       return;
     }
     if (!o->study.empty()) {
-      print_study_cost(o->study, o->sets, c);
+      print_study_cost(o->study, o->sets, c, o->cache_tokens);
       return;
     }
     std::vector<LayoutEstimate> ranked;

@@ -30,10 +30,13 @@ Grad gradient(const Tensor& hidden, const Tensor& head, const TeacherTargets& t,
 
 double rel(const Tensor& a, const Tensor& b) { return ((a - b).norm() / b.norm()).item<double>(); }
 
-// Draws are keyed by (seed, token place): caches of seeds 1..N are independent draws of the same batch.
+// Draws are keyed by (seed, token place): N caches of one batch are the batch repeated N times with
+// every row a place of its own. The mean over caches of each cache's loss is the loss of the stacked
+// batch (a mean over its rows), so its gradient w.r.t. the shared hidden states and head (each copy's
+// gradient summed into the one leaf) IS the mean of the N caches' gradients: one loss call per N.
 TEST(RsKd, TheMeanSampledGradientConvergesAsOneOverSqrtNWhileTopkStays) {
   torch::manual_seed(0);
-  const int64_t n = 8, hdim = 16, V = 300, K = 8;
+  const int64_t n = 8, hdim = 16, V = 300, K = 8, most = 1024;
   const Tensor hidden = torch::randn({n, hdim});
   const Tensor head = torch::randn({V, hdim}) * 0.5;
   const Tensor teacher = torch::randn({n, V}) * 2.0;
@@ -41,22 +44,23 @@ TEST(RsKd, TheMeanSampledGradientConvergesAsOneOverSqrtNWhileTopkStays) {
     const DistillLossOptions o{1.0, tau, 0, TopkTail::kRenormalize, -100};
     const Grad full = gradient(hidden, head, TeacherTargets::full(teacher), o);
     const double topk_error = rel(gradient(hidden, head, teacher_topk(teacher, K, tau), o).g, full.g);
-    Tensor sum = torch::zeros_like(full.g);
-    double kl_sum = 0, kl_sq = 0;
-    std::vector<std::pair<int, double>> errors;  // (N, relative error of the mean of N)
-    for (int i = 1; i <= 1024; ++i) {
-      const Grad s = gradient(hidden, head, sample_teacher_targets(teacher, tau, K, static_cast<uint64_t>(i)), o);
-      sum += s.g;
-      kl_sum += s.kl;
-      kl_sq += s.kl * s.kl;
-      if (i == 16 || i == 64 || i == 256 || i == 1024) errors.emplace_back(i, rel(sum / i, full.g));
+    // Cache i is rows [i·n, (i + 1)·n) of the stacked draws (places i·n + r: independent of each other).
+    const TeacherTargets all = sample_teacher_targets(teacher.repeat({most, 1}), tau, K, 17);
+    std::vector<std::pair<int, double>> errors;  // (N, relative error of the mean of N caches' gradients)
+    for (int N : {16, 64, 256, 1024}) {
+      const int64_t rows = N * n;
+      const TeacherTargets first = TeacherTargets::sampled(all.sample_ids.narrow(0, 0, rows),
+                                                           all.sample_weights.narrow(0, 0, rows), all.entropy.narrow(0, 0, rows));
+      Tensor h = hidden.clone().requires_grad_(true), w = head.clone().requires_grad_(true);
+      distill_loss(h.repeat({N, 1}), w, first, {}, o).loss.backward();
+      errors.emplace_back(N, rel(at::cat({h.grad().flatten(), w.grad().flatten()}).to(at::kDouble), full.g));
     }
     // Least-squares slope of log error on log N: −1/2 for an unbiased estimator of finite variance.
     double mx = 0, my = 0, sxx = 0, sxy = 0;
     for (auto [N, e] : errors) mx += std::log(N) / 4, my += std::log(e) / 4;
     for (auto [N, e] : errors) sxx += std::pow(std::log(N) - mx, 2), sxy += (std::log(N) - mx) * (std::log(e) - my);
     const double slope = sxy / sxx;
-    std::printf("tau %.1f: top-%lld error %.4f; sampled K=%lld mean of N: ", tau, (long long)K, topk_error, (long long)K);
+    std::printf("tau %.1f: top-%lld error %.4f; sampled K=%lld, mean of N caches: ", tau, (long long)K, topk_error, (long long)K);
     for (auto [N, e] : errors) std::printf("N=%d %.4f  ", N, e);
     std::printf("slope %.3f\n", slope);
     EXPECT_GT(slope, -0.65) << "tau " << tau;
@@ -64,9 +68,13 @@ TEST(RsKd, TheMeanSampledGradientConvergesAsOneOverSqrtNWhileTopkStays) {
     EXPECT_LT(errors.back().second, errors.front().second / 4) << "tau " << tau;
     // Top-k's error is a bias: many sampled caches averaged are far closer than it is.
     EXPECT_GT(topk_error, 5 * errors.back().second) << "tau " << tau;
-    // KL̂ is unbiased too: the mean over 1024 caches is within 4 standard errors of the exact KL.
-    const double mean = kl_sum / 1024, sd = std::sqrt(std::max(0.0, kl_sq / 1024 - mean * mean));
-    EXPECT_NEAR(mean, full.kl, 4 * sd / std::sqrt(1024.0) + 1e-6) << "tau " << tau;
+    // KL̂ is unbiased too: the caches' mean KL̂ is within 4 standard errors of the exact KL.
+    const Tensor log_s = at::log_softmax(at::matmul(hidden, head.t()).to(at::kDouble) / tau, 1).repeat({most, 1});
+    const Tensor kl_rows = (all.sample_weights.to(at::kDouble) * -log_s.gather(1, all.sample_ids)).sum(1) -
+                           all.entropy.to(at::kDouble);
+    const Tensor per_cache = kl_rows.view({most, n}).mean(1);
+    const double mean = per_cache.mean().item<double>(), se = per_cache.std().item<double>() / std::sqrt(double(most));
+    EXPECT_NEAR(mean, full.kl, 4 * se + 1e-6) << "tau " << tau;
   }
 }
 

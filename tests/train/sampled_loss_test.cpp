@@ -19,11 +19,11 @@ using namespace loss_test;
 
 TEST(SampledLoss, MatchesUnchunkedAutogradInFp32) {
   const Problem p = make_problem(29, 16, 777, at::kFloat, 3);
-  for (int64_t k : {1, 8, 64}) {
+  for (int64_t k : {1, 16}) {
     for (double tau : {1.0, 2.0}) {
       const TeacherTargets t = sample_teacher_targets(p.teacher_logits, tau, k, 11);
       for (double alpha : {1.0, 0.3}) {
-        for (int64_t chunk : {50, 777}) {
+        for (int64_t chunk : {50}) {
           DistillLossOptions o{alpha, tau, chunk, TopkTail::kRenormalize, -100};
           expect_matches_reference(p, t, forms(o, chunk, 29),
                                    "K=" + std::to_string(k) + " tau=" + std::to_string(tau) + " alpha=" + std::to_string(alpha));
