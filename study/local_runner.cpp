@@ -42,27 +42,6 @@ std::string curriculum_text(const Config& c) {
 
 }  // namespace
 
-ProcessSpec job_process(const StudyPlan& plan, const StudyJob& job, const LaunchContext& ctx) {
-  ProcessSpec p;
-  if (use_mpirun(plan.spec.launcher, job.world_size, !ctx.mpirun.empty())) {
-    // --bind-to none: a local study's jobs share one machine and its scheduler places their threads;
-    // mpirun's default would pin each rank of a 2-rank job to one core, whatever run.threads says.
-    p.argv = {ctx.mpirun, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(job.world_size)};
-    if (ctx.is_root) {
-      p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT", "1");
-      p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-    }
-  }
-  p.argv.push_back(ctx.deepen_exe);
-  p.argv.push_back(option_name(plan.spec.command));
-  p.argv.push_back(plan.spec.base);
-  for (const auto& o : job.overrides) {
-    p.argv.push_back("--set");
-    p.argv.push_back(o);
-  }
-  if (ctx.quiet) p.argv.push_back("--quiet");
-  return p;
-}
 
 ProcessSpec cache_process(const StudyPlan& plan, const LaunchContext& ctx) {
   ProcessSpec p;
