@@ -8,8 +8,8 @@ setup) and a corpus of its own, prepped into several shards so that the cache ha
 Cases (each one ctest test):
   setup       the corpus in shards of 8,192 tokens and the reference cache (K = 16, top-4), made in one go
   train       a cache made in one go; the tiny run trained from it in one process and as 2 students
-              under mpirun (world = 2: no teacher rank) agree (loss, KL, CE, val CE, val KL, diagnostics)
-              through growth; run.json names the cache; the report notes which runs trained from it;
+              under mpirun (world = 2: no teacher rank), replicated and sharded (grad_op), agree (loss,
+              KL, CE, val CE, val KL, diagnostics) through growth; run.json names the cache; the report notes which runs trained from it;
               the divergence guard stops a NaN from the cache as it does a NaN from a live teacher
   kill        `deepen cache` killed (SIGKILL) after its first file, then run again: byte for byte the
               cache made in one go (every file, plan.json, manifest.json); a Slurm-style split into 3
@@ -118,6 +118,10 @@ class Cases(dt.Cases):
         self.train(dist, self.cache_sets(cache) + ["parallel.students=2"], ranks=2, base=self.base_cache)
         t2 = time.time()
         self.compare(single, dist, 1e-5, "cache, 2 students under mpirun vs one process")
+        sharded = os.path.join(self.root, "dist-2-sharded")
+        self.train(sharded, self.cache_sets(cache) + ["parallel.students=2", 'parallel.sharding="grad_op"'], ranks=2,
+                   base=self.base_cache)
+        self.compare(single, sharded, 1e-5, "cache, 2 students sharded (grad_op) under mpirun vs one process")
         meta = json.load(open(os.path.join(dist, "run.json")))
         assert meta["teacher"] == "cache:sampled:16", meta["teacher"]
         # Two ranks, both students: each wrote its own step-time record, none a teacher's.
