@@ -54,10 +54,11 @@ CacheForRun open_cache_for_run(const RunPlan& run, const Tokenizer& tokenizer, c
   const ShardSet valid = open_data_split(cfg.data.valid, cfg.data, tokenizer);
   const uint64_t fingerprint = cfg.teacher.checkpoint.empty() ? have.teacher_fingerprint : teacher_fingerprint(cfg.teacher.checkpoint);
   Config as_made = cfg;
-  as_made.cache.train_sequences = have.train_sequences;
-  as_made.cache.valid_sequences = have.valid_sequences;
   if (cfg.cache.targets != CacheTargets::kTopk) as_made.cache.topk = have.topk;  // stored beside, unused
-  CacheManifest want = plan_cache(as_made, tokenizer, run.vocab, train, valid, fingerprint, have.teacher_weights_hash);
+  // The identity alone: how many sequences the cache holds is step 2's question, asked in this run's terms.
+  CacheManifest want = cache_identity(as_made, tokenizer, run.vocab, train, valid, fingerprint, have.teacher_weights_hash);
+  want.train_sequences = have.train_sequences;
+  want.valid_sequences = have.valid_sequences;
   const std::vector<std::string> diffs = manifest_differences(want, have);
   if (!diffs.empty()) {
     std::string msg = where + ": a teacher cache made for another config:";

@@ -151,8 +151,8 @@ void write_batch(TeacherStage& teacher, const MicroBatch& mb, const std::vector<
 
 }  // namespace
 
-CacheManifest plan_cache(const Config& cfg, const Tokenizer& tokenizer, int64_t vocab, const ShardSet& train,
-                         const ShardSet& valid, uint64_t teacher_fingerprint, uint64_t teacher_weights_hash) {
+CacheManifest cache_identity(const Config& cfg, const Tokenizer& tokenizer, int64_t vocab, const ShardSet& train,
+                             const ShardSet& valid, uint64_t teacher_fingerprint, uint64_t teacher_weights_hash) {
   const DataConfig& d = cfg.data;
   CacheManifest m;
   m.teacher_checkpoint = cfg.teacher.checkpoint;
@@ -167,6 +167,18 @@ CacheManifest plan_cache(const Config& cfg, const Tokenizer& tokenizer, int64_t 
   m.max_len = d.packing == Packing::kDocuments ? d.max_len : 0;
   m.train_shards = shard_identities(train);
   m.valid_shards = shard_identities(valid);
+  m.samples = cfg.cache.samples;
+  m.topk = cfg.cache.topk;
+  m.seed = cfg.cache.seed;
+  m.train_temperature = cfg.distill.temperature;
+  m.valid_temperature = 1.0;  // eval scores KL at τ = 1 (train/trainer_eval.cpp)
+  return m;
+}
+
+CacheManifest plan_cache(const Config& cfg, const Tokenizer& tokenizer, int64_t vocab, const ShardSet& train,
+                         const ShardSet& valid, uint64_t teacher_fingerprint, uint64_t teacher_weights_hash) {
+  const DataConfig& d = cfg.data;
+  CacheManifest m = cache_identity(cfg, tokenizer, vocab, train, valid, teacher_fingerprint, teacher_weights_hash);
   const int64_t train_items = items_of(train, d.packing), valid_items = items_of(valid, d.packing);
   const std::string item = d.packing == Packing::kDocuments ? "documents" : "sequences";
   m.train_sequences = cfg.cache.train_sequences > 0 ? cfg.cache.train_sequences : train_items;
@@ -181,11 +193,6 @@ CacheManifest plan_cache(const Config& cfg, const Tokenizer& tokenizer, int64_t 
     throw InputError(cfg.source + ": " +
                      (cfg.cache.valid_sequences > 0 ? "cache.valid_sequences = " : "the eval set (cache.valid_sequences = 0) = ") +
                      std::to_string(m.valid_sequences) + ": " + d.valid + " holds " + std::to_string(valid_items) + " " + item);
-  m.samples = cfg.cache.samples;
-  m.topk = cfg.cache.topk;
-  m.seed = cfg.cache.seed;
-  m.train_temperature = cfg.distill.temperature;
-  m.valid_temperature = 1.0;  // eval scores KL at τ = 1 (train/trainer_eval.cpp)
   plan_split(train, d, 0, m.train_sequences, m);
   plan_split(valid, d, 1, m.valid_sequences, m);
   return m;

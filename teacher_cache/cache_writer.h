@@ -16,6 +16,14 @@ namespace deepen {
 
 class Tokenizer;
 
+// What a config's cache is keyed on, the part of plan_cache that needs no sequence counts: the
+// teacher, tokenizer, vocabulary, packing and length, the shards' identities and the draws
+// (cache.samples, cache.topk, cache.seed, τ). A run checks its cache against this first, so that a
+// cache of another packing or length is named as such rather than by the sequence counts that follow
+// from it (which need not fit this config's data). Sequence counts 0, no files. Pure in its inputs.
+CacheManifest cache_identity(const Config& cfg, const Tokenizer& tokenizer, int64_t vocab, const ShardSet& train,
+                             const ShardSet& valid, uint64_t teacher_fingerprint, uint64_t teacher_weights_hash);
+
 // What a config's cache holds, before anything is computed: the teacher's, tokenizer's and data's
 // identity, the draws (cache.samples, cache.topk, cache.seed, τ = distill.temperature for train and
 // 1 for validation) and the files, one per token shard that holds a cached sequence:

@@ -18,8 +18,9 @@ Cases (each one ctest test):
               diagnostics records equal the uninterrupted run's bit for bit
   refusals    exit 2, a message naming the reason, and no run folder, for a run from a cache made by
               another teacher, another tokenizer's shards, other data, another seq_len, another τ,
-              another K; with a cache file missing or corrupt (named with its hash); asking for more
-              sequences than the cache holds; and `deepen cache` into a folder of another config's cache
+              another packing, another max_len, another K; with a cache file missing or corrupt (named
+              with its hash); asking for more sequences than the cache holds; and `deepen cache` into a
+              folder of another config's cache
   study       a study with study.teacher = "cache": the cache job, then two runs from it (one process
               each); `deepen study --slurm` lists the cache's parts and makes every run wait for them
 """
@@ -228,6 +229,16 @@ class Cases(dt.Cases):
         self.refused("another tokenizer", [f'data.tokenizer="qwen3:{qwen}"'], ["tokenizer"])
         self.refused("another seq_len", ["data.seq_len=16"], ["seq_len (data.seq_len): 16 vs 32"])
         self.refused("another temperature", ["distill.temperature=2.0"], ["temperature (distill.temperature)"])
+        # Another packing: whole documents against this cache of windows; another max_len against a cache
+        # of documents (the first 4 of each split, at max_len 64).
+        self.refused("another packing", ['data.packing="documents"', "data.max_len=64"],
+                     ["packing (data.packing): documents vs windows"])
+        docs = os.path.join(self.root, "cache-documents")
+        if not os.path.exists(os.path.join(docs, "manifest.json")):
+            self.make_cache(docs, ['data.packing="documents"', "data.max_len=64", "cache.train_sequences=4",
+                                   "cache.valid_sequences=4"])
+        self.refused("another max_len", ['data.packing="documents"', "data.max_len=48"],
+                     ["max_len (data.max_len): 48 vs 64"], cache=docs)
         self.refused("another K", ["cache.samples=8"], ["samples (cache.samples): 8 vs 16"])
         # Files: one missing, one corrupt (each in a copy of the cache), named with the manifest's hash.
         manifest = json.load(open(os.path.join(cache, "manifest.json")))
