@@ -19,7 +19,7 @@ Cases (each one ctest test):
   refusals    exit 2, a message naming the reason, and no run folder, for a run from a cache made by
               another teacher, another tokenizer's shards, other data, another seq_len, another τ,
               another packing, another max_len, another K; with a cache file missing or corrupt (named
-              with its hash); asking for more sequences than the cache holds; and `deepen cache` into a
+              with its hash); asking for more train or validation sequences than the cache holds; and `deepen cache` into a
               folder of another config's cache
   study       a study with study.teacher = "cache": the cache job, then two runs from it (one process
               each); `deepen study --slurm` lists the cache's parts and makes every run wait for them
@@ -262,6 +262,9 @@ class Cases(dt.Cases):
         if not os.path.exists(os.path.join(small, "manifest.json")):
             self.make_cache(small, ["cache.train_sequences=50"])
         self.refused("more than the cache holds", [], ["the cache holds the first 50 sequences"], cache=small)
+        # An eval past the validation sequences: the cache holds the eval set of micro_batch 16 (4 x 16 = 64).
+        self.refused("an eval past the cache", ["eval.batches=40"], ["an eval reads the first 80 validation sequences",
+                                                                     "the cache holds 64"])
         # `deepen cache` into a folder holding another config's cache.
         p = self.make_cache(cache, ["cache.samples=8"], check=False)
         assert p.returncode == 2 and "samples (cache.samples): 8 vs 16" in p.stderr, (p.returncode, p.stderr[-2000:])
