@@ -11,31 +11,11 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "config/binary_fields.h"
 #include "config/hash.h"
 
 namespace deepen {
 namespace {
-
-// The payload hash chains fixed 1 MiB blocks (as token shards do), so it does not depend on how
-// the writer was fed.
-constexpr size_t kBlockBytes = size_t(1) << 20;
-
-uint64_t chain_block(uint64_t h, const unsigned char* p, size_t n, uint64_t index) {
-  return mix64(h ^ hash64(p, n, index));
-}
-
-void put32(unsigned char* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i)); }
-void put64(unsigned char* p, uint64_t v) { for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i)); }
-uint32_t get32(const unsigned char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= uint32_t(p[i]) << (8 * i);
-  return v;
-}
-uint64_t get64(const unsigned char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= uint64_t(p[i]) << (8 * i);
-  return v;
-}
 
 void put_varint(std::vector<unsigned char>& out, uint32_t v) {
   while (v >= 0x80) {
@@ -184,7 +164,7 @@ CacheFileWriter::CacheFileWriter(std::string path, uint32_t samples, uint32_t to
   if (fd_ < 0) throw std::runtime_error(tmp_path_ + ": cannot create: " + sys_error());
   unsigned char zero[kCacheFileHeaderBytes] = {};
   write_all(fd_, zero, sizeof zero, tmp_path_);  // the real header is written last
-  block_.reserve(kBlockBytes);
+  block_.reserve(kHashBlockBytes);
 }
 
 CacheFileWriter::~CacheFileWriter() {
@@ -194,11 +174,11 @@ CacheFileWriter::~CacheFileWriter() {
 
 void CacheFileWriter::write_bytes(const unsigned char* p, size_t n) {
   while (n > 0) {
-    const size_t take = std::min(n, kBlockBytes - block_.size());
+    const size_t take = std::min(n, kHashBlockBytes - block_.size());
     block_.insert(block_.end(), p, p + take);
     p += take;
     n -= take;
-    if (block_.size() == kBlockBytes) {
+    if (block_.size() == kHashBlockBytes) {
       header_.payload_hash = chain_block(header_.payload_hash, block_.data(), block_.size(), blocks_++);
       write_all(fd_, block_.data(), block_.size(), tmp_path_);
       block_.clear();
@@ -326,7 +306,7 @@ uint64_t CacheFile::hash_payload() const {
   const unsigned char* p = state_->map + kCacheFileHeaderBytes;
   size_t left = state_->size - kCacheFileHeaderBytes;
   while (left > 0) {
-    const size_t n = std::min(left, kBlockBytes);
+    const size_t n = std::min(left, kHashBlockBytes);
     h = chain_block(h, p, n, index++);
     p += n;
     left -= n;
