@@ -22,6 +22,11 @@ inline constexpr int kExitBadInput = 2;  // InputError
 inline constexpr int kExitRequeue = 3;   // coordinated stop after SIGTERM/SIGUSR1: requeue me
 inline constexpr int kExitDiverged = 4;  // the divergence guard stopped the run (guard.action = "stop")
 inline constexpr int kExitRollback = 5;  // the guard rolled back (guard.action = "rollback"): rerun me
+// A rank or the coordinator went silent past control.watchdog_s with its connection still open: its
+// node lost (powered off, crashed) or cut off the network, or its process frozen. Not the job's own
+// fault, so the scripts requeue (bounded by DEEPEN_MAX_RESTARTS). A process that died on a live node
+// closes its connection instead: kExitFailure.
+inline constexpr int kExitUnreachable = 6;
 
 // An error that ends the process with its own exit code (kExitDiverged, kExitRollback, or the code
 // of another rank's reported error); main prints it as "deepen: error: <what>".

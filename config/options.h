@@ -109,6 +109,11 @@ enum class StudyTeacher { kLive, kCache };
 template <> struct OptionSpelling<StudyTeacher> { static constexpr std::array names{"live", "cache"}; };
 enum class Launcher { kAuto, kMpirun, kDirect };
 template <> struct OptionSpelling<Launcher> { static constexpr std::array names{"auto", "mpirun", "direct"}; };
+// How a study forms its shared-teacher groups (study/teacher_groups.h): in the study's order, runs of
+// equal length only (a group holds its devices for its longest run), or as its [[group]] lists say
+// (what `deepen plan --study` recommends).
+enum class GroupBy { kOrder, kLength, kListed };
+template <> struct OptionSpelling<GroupBy> { static constexpr std::array names{"order", "length", "listed"}; };
 
 template <> struct OptionSpelling<FloatDtype> { static constexpr std::array names{"fp32", "bf16"}; };
 

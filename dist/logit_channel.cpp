@@ -1,6 +1,8 @@
 // Logit channel: header + payload per micro-batch, full or top-k, with desync detection.
 #include "dist/logit_channel.h"
 
+#include <algorithm>
+#include <set>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
@@ -175,6 +177,22 @@ void LogitChannelSender::post(const std::vector<Delivery>& to, uint64_t checksum
                                    (msg->indices.defined() ? msg->indices.nbytes() : 0));
     in_flight_.at(static_cast<size_t>(d.run)).push_back(std::move(msg));
   }
+  note_held();
+}
+
+void LogitChannelSender::note_held() {
+  std::set<const void*> seen;  // a payload several runs' messages send is held once
+  int64_t held = 0;
+  auto count = [&](const at::Tensor& t) {
+    if (t.defined() && seen.insert(t.storage().data()).second) held += static_cast<int64_t>(t.nbytes());
+  };
+  for (const auto& queue : in_flight_)
+    for (const auto& msg : queue) {
+      count(msg->payload);
+      count(msg->indices);
+    }
+  count(spare_);
+  peak_held_ = std::max(peak_held_, held);
 }
 
 void LogitChannelSender::flush() {

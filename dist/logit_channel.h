@@ -91,6 +91,9 @@ class LogitChannelSender {
   void send_logits(const std::vector<Delivery>& to, uint64_t checksum, at::Tensor logits);
   void flush();
   int64_t bytes_sent() const { return bytes_; }
+  // The most bytes of distinct payload tensors the queues (and the spare buffer) held at once: the
+  // memory this sender takes, at most runs × max_in_flight payloads.
+  int64_t peak_held_bytes() const { return peak_held_; }
 
  private:
   struct InFlight;
@@ -108,6 +111,8 @@ class LogitChannelSender {
   void post(const std::vector<Delivery>& to, uint64_t checksum, int64_t rows, int64_t payload, const at::Tensor& values,
             const at::Tensor& indices);
   int64_t bytes_ = 0;
+  int64_t peak_held_ = 0;
+  void note_held();  // updates peak_held_ after a post
 };
 
 // Student side: the TeacherSource of a distributed run. Checks every header against the batch the

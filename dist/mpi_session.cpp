@@ -3,8 +3,11 @@
 
 #include <mpi.h>
 
+#include <cstring>
 #include <exception>
 #include <stdexcept>
+
+#include "dist/build_identity.h"
 
 namespace deepen {
 namespace {
@@ -38,14 +41,27 @@ MpiSession::MpiSession(int* argc, char*** argv) : uncaught_at_start_(std::uncaug
   MPI_Comm_size(node, &local_size_);
   MPI_Comm_free(&node);
 
+  // The ranks' first exchange: each one's host name and, after its NUL in the same fixed-size record,
+  // its build id. One record of the size it always had, so a deepen too old to send an id still takes
+  // part (its id reads as ""), and a stale binary is refused here, before any rank does work.
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int len = 0;
   MPI_Get_processor_name(name, &len);
+  const std::string build = this_build_id();
+  if (size_t(len) + 2 + build.size() <= MPI_MAX_PROCESSOR_NAME)
+    std::memcpy(name + len + 1, build.data(), build.size());
   std::vector<char> all(static_cast<size_t>(size_) * MPI_MAX_PROCESSOR_NAME);
   check(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
                       MPI_COMM_WORLD),
         "MPI_Allgather(hostnames)");
-  for (int r = 0; r < size_; ++r) hostnames_.emplace_back(all.data() + r * MPI_MAX_PROCESSOR_NAME);
+  std::vector<std::string> builds;
+  for (int r = 0; r < size_; ++r) {
+    const char* record = all.data() + size_t(r) * MPI_MAX_PROCESSOR_NAME;
+    hostnames_.emplace_back(record);
+    const size_t host_len = hostnames_.back().size();
+    builds.emplace_back(host_len + 1 < MPI_MAX_PROCESSOR_NAME ? record + host_len + 1 : "");
+  }
+  check_same_build(hostnames_, builds);
 }
 
 MpiSession::~MpiSession() {

@@ -12,7 +12,9 @@ namespace deepen {
 // grants less, only the thread that made the session may call MPI, which deepen's training loop
 // does anyway: Communicator::abort() sets a flag polled by the blocked thread and never calls MPI.
 //
-// Construction is collective over MPI_COMM_WORLD (it gathers hostnames); so is normal destruction
+// Construction is collective over MPI_COMM_WORLD (it gathers hostnames, and every rank's build id:
+// ranks that run different builds of deepen throw InputError there, naming the builds, their ranks
+// and hosts: dist/build_identity.h); so is normal destruction
 // (MPI_Finalize). If MPI was already initialized (a test harness), the session neither initializes
 // nor finalizes it.
 class MpiSession {

@@ -50,15 +50,22 @@ std::vector<TeacherItem> pipeline_items(const std::vector<ServedRun>& runs, cons
 
 namespace {
 
-// The steps the pipeline serves: from the first run's first step to the last run's end.
-std::pair<int64_t, int64_t> served_steps(const std::vector<ServedRun>& runs) {
-  int64_t first = INT64_MAX, end = 0;
+// The first step at or after `step` that serves some run, if any: runs resume at different steps,
+// and a run that stopped (or ended) is served no more.
+// Example: runs [50, 53) and [100, 120): next_served_step(53) = 100; next_served_step(120) = none.
+std::optional<int64_t> next_served_step(const std::vector<ServedRun>& runs, int64_t step) {
+  std::optional<int64_t> next;
   for (const ServedRun& r : runs) {
-    if (r.end_step <= r.first_step) continue;
-    first = std::min(first, r.first_step);
-    end = std::max(end, r.end_step);
+    const int64_t at = std::max(step, r.first_step);
+    if (at < r.end_step) next = std::min(next.value_or(at), at);
   }
-  return first == INT64_MAX ? std::pair<int64_t, int64_t>{0, 0} : std::pair{first, end};
+  return next;
+}
+
+// A run's serving ends at its agreed stop step, which a negative value places at its first step.
+void apply_stops(std::vector<ServedRun>& runs, const std::vector<std::optional<int64_t>>& stops) {
+  for (size_t r = 0; r < runs.size() && r < stops.size(); ++r)
+    if (stops[r]) runs[r].end_step = std::min(runs[r].end_step, std::max(*stops[r], runs[r].first_step));
 }
 
 }  // namespace
@@ -69,7 +76,7 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
   const RankInfo& me = run.layout->ranks.at(static_cast<size_t>(run.world_rank));
   const int stages = run.layout->teacher_stages;
   const bool first = me.stage == 0, last = me.stage == stages - 1;
-  const auto [first_step, end_step] = served_steps(run.runs);
+  std::vector<ServedRun> runs = run.runs;  // their end_step moves to an agreed stop
   const int64_t hidden = run.stage->config().hidden_size;
   const at::ScalarType wire = to_scalar_type(cfg.parallel.activation_dtype);
   const int64_t max_in_flight = cfg.parallel.max_in_flight;
@@ -87,17 +94,21 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
   TeacherStageStats stats;
   at::NoGradGuard no_grad;
 
-  stats.steps_done = first_step;
+  stats.steps_done = next_served_step(runs, 0).value_or(0);
   StepTimer timer(teacher_time_parts());
-  for (int64_t step = first_step; step < end_step; ++step) {
-    if (run.stop_at && run.stop_at(step)) break;
-    const std::vector<TeacherItem> items = pipeline_items(run.runs, *run.layout, me.pipeline, step);
+  for (std::optional<int64_t> next = next_served_step(runs, 0); next;) {
+    const int64_t step = *next;
+    if (run.run_stops) apply_stops(runs, run.run_stops(step));
+    next = next_served_step(runs, step);
+    if (next != step) continue;  // nothing to serve at this step any more: ask again at the next one
+    next = step + 1;
+    const std::vector<TeacherItem> items = pipeline_items(runs, *run.layout, me.pipeline, step);
     for (const TeacherItem& item : items) {
       const BatchKey& key = item.key;
       at::Tensor input;
       uint64_t checksum = 0;
       if (first) {
-        const BatchSource& batches = *run.runs.at(static_cast<size_t>(item.to.front().run)).batches;
+        const BatchSource& batches = *runs.at(static_cast<size_t>(item.to.front().run)).batches;
         const MicroBatch mb = timer.time(TeacherPart::kData, [&] { return batches.get(key); });
         input = mb.inputs;
         checksum = mb.checksum;
@@ -161,6 +172,7 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
     stats.steps_done = step + 1;
     StepTime step_time = timer.take(step, "teacher");
     step_time.passes = static_cast<int64_t>(items.size());
+    if (sender) step_time.held_bytes = sender->peak_held_bytes();
     step_time.deliveries = 0;
     for (const TeacherItem& item : items) step_time.deliveries += static_cast<int64_t>(item.to.size());
     if (run.on_step) timer.time(TeacherPart::kRecords, [&] { run.on_step(step + 1, step_time); });
@@ -173,6 +185,7 @@ TeacherStageStats run_teacher_stage(const TeacherStageRun& run) {
     sender->flush();
     stats.channel_bytes = sender->bytes_sent();
   }
+  for (const ServedRun& r : runs) stats.served_end.push_back(std::max(r.end_step, r.first_step));
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return stats;
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "dist/logit_channel.h"
@@ -44,8 +45,11 @@ struct TeacherStageRun {
   Communicator* pipeline = nullptr;  // this pipeline's stages (rank = stage)
   Communicator* channel = nullptr;   // last stage only: this pipeline's logit channel
   std::shared_ptr<TeacherStage> stage;
-  // Asked before a step's items are produced (steps produced so far); true ends the loop there.
-  std::function<bool(int64_t steps_done)> stop_at;
+  // Asked before each step's items are produced, with the global step about to begin: for each
+  // served run (index r of `runs`), its agreed stop step once decided (dist/control/agent.h,
+  // stop_steps; a negative step: at the run's first step). A run stops being served there; the loop
+  // ends when no run is left, and skips the steps that serve none (a run resumed later than another).
+  std::function<std::vector<std::optional<int64_t>>(int64_t step)> run_stops;
   // After a step's items went out, with where the stage's time went since the previous call
   // (run_folder/step_time.h, teacher parts, and the step's forward passes); the call itself counts
   // in the next step's "records".
@@ -54,6 +58,7 @@ struct TeacherStageRun {
 
 struct TeacherStageStats {
   int64_t steps_done = 0;     // the step the loop ended at (the last run's end_step, or an agreed stop)
+  std::vector<int64_t> served_end;  // per run: the step its serving ended at (its end, or its stop)
   int64_t items = 0;          // forward passes
   int64_t deliveries = 0;     // last stage: messages sent (items × their receivers)
   int64_t channel_bytes = 0;  // last stage: bytes sent to students

@@ -1,4 +1,5 @@
 // `deepen group FILE`: the runs of a group file trained in one job that shares one teacher pass.
+#include <cstdio>
 #include <iostream>
 #include <memory>
 
@@ -8,6 +9,8 @@
 #include "dist/control/stop_signals.h"
 #include "launch/command_line.h"
 #include "launch/distributed_job.h"
+#include "plan/cost_model.h"
+#include "plan/memory_model.h"
 #include "study/group_file.h"
 #include "study/teacher_groups.h"
 
@@ -65,12 +68,25 @@ void register_group_command(CLI::App& app) {
                 << " ranks\n";
       for (size_t r = 0; r < runs.size(); ++r)
         std::cout << "  run " << r << ": " << runs[r].run.name << " -> " << runs[r].run.out_dir << "\n";
+      // The teacher's memory is the group's: its last stage keeps up to max_in_flight payloads per
+      // run whose micro-batches differ (plan/memory_model.h).
+      try {
+        PlanInput in = plan_input_from_config(runs.front());
+        const TeacherStageMemory one = planned_teacher_stage(in, p.teacher_stages);
+        in.shared_runs = static_cast<int64_t>(runs.size());
+        const TeacherStageMemory all = planned_teacher_stage(in, p.teacher_stages);
+        std::printf("  teacher stage (the largest, deepen plan's model): %.2f GiB with %zu runs' outgoing queues "
+                    "(%.2f GiB for one run's)\n", all.total() / 1073741824.0, runs.size(), one.total() / 1073741824.0);
+      } catch (const InputError& e) {
+        std::cout << "  teacher stage: not planned (" << e.what() << ")\n";
+      }
       return;
     }
     JobOptions job;
     job.resume = !o->fresh;
     if (o->stop_after > 0) job.stop_after_steps = o->stop_after;
     job.print_progress = !o->quiet;
+    job.group_file = o->file;
     const int rc = run_shared_teacher_job(runs, group.out_dir, job);
     if (rc != kExitOk) throw ExitRequest(rc);
   });

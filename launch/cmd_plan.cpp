@@ -1,9 +1,11 @@
 // `deepen plan [CONFIG]`: predict teacher/student/channel rates and per-rank memory, and recommend T, P, S.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -114,7 +116,10 @@ void print_cache_cost(const StudyPlan& plan, const std::vector<PlanInput>& input
 }
 
 // `deepen plan --study FILE`: every run's layout rated as the config gives it, then the study's
-// device-hours and job hours with a teacher per run and with the runs grouped to share one.
+// device-hours and job hours with a teacher per run and with the runs grouped to share one: the
+// groups as the study forms them, the caps of study.max_group_runs in the study's order, and runs of
+// equal length (study.group_by = "length") each group with the teacher pipelines that cost it least;
+// then with a teacher cache (print_cache_cost).
 void print_study_cost(const std::string& file, const std::vector<std::string>& sets, const ClusterSpec& c,
                       double cache_tokens) {
   StudySpec spec = load_study(file);
@@ -144,25 +149,51 @@ void print_study_cost(const std::string& file, const std::vector<std::string>& s
     const PlanInput* budget_from =
         j.config.curriculum.budget.empty() || j.depends_on.empty() ? nullptr : &inputs.at(j.depends_on.front());
     RunRates r{j.id(), p.teacher_pipelines * p.teacher_stages, p.students, run_tokens(inputs[k], budget_from),
-               e.teacher_tokens_per_s, e.channel_tokens_per_s, weight / time, e.mean_tokens_per_s};
+               e.teacher_tokens_per_s, e.channel_tokens_per_s, weight / time, e.mean_tokens_per_s, p.teacher_pipelines};
     if (!(r.tokens > 0)) throw InputError(j.id() + ": its curriculum gives no token count (stage_tokens or stage_steps)");
+    // The most runs whose queues this run's teacher stage holds within 90% of a device (at least its
+    // own: a run that does not fit alone is the memory section's finding, not the grouping's).
+    r.max_shared_runs = 1;
+    for (int64_t runs_held = 2; runs_held <= 64; ++runs_held) {
+      PlanInput shared = inputs[k];
+      shared.shared_runs = runs_held;
+      if (planned_teacher_stage(shared, p.teacher_stages).total() > 0.9 * c.memory) break;
+      r.max_shared_runs = runs_held;
+    }
     std::printf("  %-28s %9lld %12.4g %12.4g %12.4g %12.4g %10.1f\n", r.id.c_str(),
                 static_cast<long long>(r.teacher_devices + r.student_devices), r.tokens, r.teacher_tokens_per_s,
                 r.student_tokens_per_s, r.alone_tokens_per_s, r.tokens / r.alone_tokens_per_s / 3600.0);
     rates.push_back(r);
-  }
-  std::printf("teacher groups (study.max_group_runs = %lld):\n", static_cast<long long>(spec.max_group_runs));
-  for (size_t g = 0; g < plan.groups.size(); ++g) {
-    std::printf("  g%zu:", g);
-    for (size_t k : plan.groups[g].members) std::printf(" %s", plan.jobs[k].id().c_str());
-    std::printf("\n");
   }
   auto members = [](const std::vector<StudyGroup>& groups) {
     std::vector<std::vector<size_t>> out;
     for (const StudyGroup& g : groups) out.push_back(g.members);
     return out;
   };
+  // A group's line: its runs, pipelines, devices, pace and bound, hours, and its teacher's last stage
+  // with one outgoing queue per run (the group's memory bound, dist/logit_channel.h).
+  auto describe = [&](const std::vector<StudyGroup>& groups, const std::vector<int64_t>& pipelines) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const std::vector<size_t>& m = groups[g].members;
+      const int64_t T = pipelines.empty() ? plan.jobs[m.front()].config.parallel.teacher_pipelines : pipelines[g];
+      const GroupPrice price = price_group(rates, m, T);
+      PlanInput in = inputs[m.front()];
+      in.shared_runs = static_cast<int64_t>(m.size());
+      const TeacherStageMemory t = planned_teacher_stage(in, plan.jobs[m.front()].config.parallel.teacher_stages);
+      std::printf("  g%zu: %zu run%s, T=%lld, %lld devices, %.4g tokens/s (%s-bound), %.1f h, %.0f device-hours; "
+                  "teacher stage %.1f GiB with %zu run%s' queues%s\n     ",
+                  g, m.size(), m.size() == 1 ? "" : "s", static_cast<long long>(T), static_cast<long long>(price.devices),
+                  price.tokens_per_s, price.bound.c_str(), price.hours, price.device_hours,
+                  t.total() / (1024.0 * 1024.0 * 1024.0), m.size(), m.size() == 1 ? "" : "s",
+                  t.total() > 0.9 * c.memory ? " (does NOT fit)" : "");
+      for (size_t k : m) std::printf(" %s", plan.jobs[k].id().c_str());
+      std::printf("\n");
+    }
+  };
   const StudyCost cost = study_cost(rates, members(plan.groups));
+  std::printf("the study's teacher groups (study.group_by = \"%s\", max_group_runs = %lld):\n",
+              option_name(spec.group_by), static_cast<long long>(spec.max_group_runs));
+  describe(plan.groups, {});
   std::printf("a teacher per run:  %10.0f device-hours, %8.1f job hours (jobs one after another)\n",
               cost.alone_device_hours, cost.alone_job_hours);
   std::printf("these groups:       %10.0f device-hours, %8.1f job hours (%.2f x the device-hours)\n",
@@ -170,16 +201,75 @@ void print_study_cost(const std::string& file, const std::vector<std::string>& s
   // A group moves at its slowest run and its channel carries every run's copy: a cap may be cheaper.
   size_t largest = 0;
   for (const StudyGroup& g : plan_teacher_groups(plan.jobs)) largest = std::max(largest, g.members.size());
-  std::printf("by study.max_group_runs (groups in the study's order):\n");
-  size_t best = 1;
-  double best_hours = INFINITY;
+  std::printf("by study.max_group_runs (group_by = \"order\": groups in the study's order):\n");
+  size_t best_cap = 1;
+  double best_order = INFINITY;
   for (size_t cap = 1; cap <= largest; ++cap) {
     const StudyCost c2 = study_cost(rates, members(plan_teacher_groups(plan.jobs, cap)));
-    if (c2.shared_device_hours < best_hours) best_hours = c2.shared_device_hours, best = cap;
+    if (c2.shared_device_hours < best_order) best_order = c2.shared_device_hours, best_cap = cap;
     std::printf("  %3zu: %10.0f device-hours (%.2f x), %8.1f job hours\n", cap, c2.shared_device_hours,
                 c2.shared_device_hours / cost.alone_device_hours, c2.shared_job_hours);
   }
-  std::printf("fewest device-hours: max_group_runs = %zu\n", best);
+  // Runs of equal length share: no group holds devices for a longer run than its own. Each group then
+  // takes the teacher pipelines that cost it least (enough that the teacher does not bound it); a
+  // cap on the group's runs may still pay where R copies make the channel the bound.
+  std::printf("by length (group_by = \"length\"), each group with its cheapest teacher pipelines, by max_group_runs:\n");
+  struct LengthChoice {
+    size_t cap = 0;
+    std::vector<StudyGroup> groups;
+    std::vector<int64_t> pipelines;
+    StudyCost cost;
+  };
+  std::optional<LengthChoice> best_length;
+  for (size_t cap = 0; cap <= largest; ++cap) {
+    LengthChoice choice{cap, plan_teacher_groups(plan.jobs, cap, GroupBy::kLength), {}, {}};
+    for (const StudyGroup& g : choice.groups) choice.pipelines.push_back(cheapest_pipelines(rates, g.members));
+    choice.cost = study_cost(rates, members(choice.groups), choice.pipelines);
+    std::printf("  %3zu: %10.0f device-hours (%.2f x), %8.1f job hours%s\n", cap, choice.cost.shared_device_hours,
+                choice.cost.shared_device_hours / cost.alone_device_hours, choice.cost.shared_job_hours,
+                cap == 0 ? " (no cap)" : "");
+    if (!best_length || choice.cost.shared_device_hours < best_length->cost.shared_device_hours * (1 - 1e-9))
+      best_length = std::move(choice);
+  }
+  // The cheapest cut of each class of runs that may share (one seed's data order; a run that waits
+  // for another in a later class): sorted by length, consecutive groups (plan/study_cost.h).
+  std::vector<std::vector<size_t>> classes;
+  for (const StudyGroup& g : plan_teacher_groups(plan.jobs)) classes.push_back(g.members);
+  std::vector<StudyGroup> cheapest;
+  for (std::vector<size_t>& g : cheapest_groups(rates, classes))
+    cheapest.push_back(StudyGroup{std::move(g), {}});
+  std::vector<int64_t> cheapest_t;
+  for (const StudyGroup& g : cheapest) cheapest_t.push_back(cheapest_pipelines(rates, g.members));
+  const StudyCost listed = study_cost(rates, members(cheapest), cheapest_t);
+  std::printf("the cheapest groups (runs sorted by length, a shorter run joining a longer group where its idle "
+              "students cost less than a teacher of its own):\n");
+  describe(cheapest, cheapest_t);
+  std::printf("  %10.0f device-hours (%.2f x), %8.1f job hours\n", listed.shared_device_hours,
+              listed.shared_device_hours / cost.alone_device_hours, listed.shared_job_hours);
+  const double fewest = std::min({best_order, best_length->cost.shared_device_hours, listed.shared_device_hours});
+  if (fewest == listed.shared_device_hours) {
+    // The study file's lines for these groups: each seed's groups name the same runs.
+    std::printf("fewest device-hours: these groups, %.0f device-hours (%.2f x a teacher per run); in the study file:\n",
+                listed.shared_device_hours, listed.shared_device_hours / cost.alone_device_hours);
+    std::set<std::vector<std::string>> said;
+    for (size_t g = 0; g < cheapest.size(); ++g) {
+      std::vector<std::string> names;
+      for (size_t k : cheapest[g].members) names.push_back(plan.jobs[k].run);
+      if (names.size() < 2 || !said.insert(names).second) continue;
+      std::printf("  [[group]]\n  runs = [");
+      for (size_t i = 0; i < names.size(); ++i) std::printf("%s\"%s\"", i ? ", " : "", names[i].c_str());
+      std::printf("]\n");
+      const int64_t T0 = plan.jobs[cheapest[g].members.front()].config.parallel.teacher_pipelines;
+      if (cheapest_t[g] != T0)
+        std::printf("  # and parallel.teacher_pipelines = %lld in these runs' set lists\n", static_cast<long long>(cheapest_t[g]));
+    }
+  } else if (fewest == best_length->cost.shared_device_hours) {
+    std::printf("fewest device-hours: study.group_by = \"length\", max_group_runs = %zu (%.2f x a teacher per run)\n",
+                best_length->cap, fewest / cost.alone_device_hours);
+  } else {
+    std::printf("fewest device-hours: study.group_by = \"order\", max_group_runs = %zu (%.2f x a teacher per run)\n",
+                best_cap, best_order / cost.alone_device_hours);
+  }
   print_cache_cost(plan, inputs, rates, c, cost.alone_device_hours, cached, cache_tokens);
 }
 

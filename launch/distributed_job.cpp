@@ -41,6 +41,23 @@ bool launched_with_several_ranks() {
 
 namespace {
 
+// Each run's name on the control plane: its students' `run`, and what a teacher stage serves. A job of
+// one run: "". Several: run.name, made unique where two runs share it (two seeds of one study run).
+// Example: runs pre-grow (seed 1), pre-grow (seed 2), post-grow -> "pre-grow/seed1", "pre-grow/seed2",
+// "post-grow".
+std::vector<std::string> run_labels(const JobPlan& plan) {
+  std::vector<std::string> labels;
+  if (plan.runs.size() == 1) return {""};
+  for (const RunPlan& r : plan.runs) {
+    const auto same = std::count_if(plan.runs.begin(), plan.runs.end(),
+                                    [&](const RunPlan& o) { return o.cfg.run.name == r.cfg.run.name; });
+    labels.push_back(same > 1 ? r.cfg.run.name + "/seed" + std::to_string(r.cfg.run.seed) : r.cfg.run.name);
+  }
+  for (size_t r = 0; r < labels.size(); ++r)  // the same name and seed twice: their index tells them apart
+    if (std::count(labels.begin(), labels.end(), labels[r]) > 1) labels[r] += "#" + std::to_string(r);
+  return labels;
+}
+
 struct RankContext {
   const JobPlan& plan;
   const JobOptions& options;
@@ -52,6 +69,7 @@ struct RankContext {
   std::vector<int64_t> steps_done;  // per run: the agreed resume point
   std::vector<std::string> resume_checkpoint;  // per run: its folder (empty: a fresh start)
   std::vector<int64_t> end_step;    // per run: where this job stops it (its end, or --stop-after)
+  std::vector<std::string> ended;   // per run: why it does not train in this job ("" when it does)
 };
 
 int run_teacher_rank(const RankContext& c) {
@@ -78,7 +96,12 @@ int run_teacher_rank(const RankContext& c) {
   }
   run.stage = load_teacher_stage(c.plan, me.first_layer, me.last_layer, me.stage == 0,
                                  me.stage == layout.teacher_stages - 1, c.device);
-  run.stop_at = [&c](int64_t s) { return c.control.stop_at(s); };
+  // The runs this stage serves, for the per-run stop (dist/control/agent.h, stop_steps).
+  const std::vector<std::string> labels = run_labels(c.plan);
+  std::vector<JobControl::ServedSteps> served;
+  for (size_t r = 0; r < c.plan.runs.size(); ++r) served.push_back({labels[r], c.steps_done[r], c.end_step[r]});
+  c.control.set_served_runs(served);
+  run.run_stops = [&c](int64_t s) { return c.control.run_stops(s); };
   const int64_t resumed = *std::min_element(c.steps_done.begin(), c.steps_done.end());
   StepTimeLog time_log(c.plan.job_dir, c.mpi.rank(), resumed > 0 ? std::optional<int64_t>(resumed - 1) : std::nullopt);
   // The job's progress for the control plane: the longest run's schedule.
@@ -94,22 +117,28 @@ int run_teacher_rank(const RankContext& c) {
     std::cerr << "deepen: teacher pipeline " << me.pipeline << ": " << stats.items << " forward passes, "
               << stats.deliveries << " micro-batches delivered, " << stats.channel_bytes / stats.seconds / 1e6
               << " MB/s on the logit channel\n";
-  // Requeue when the loop stopped before the last step it had to serve (a coordinated stop), or when
-  // a run is left unfinished by design (--stop-after). Runs that had finished before this job started
-  // have nothing to serve: a rerun of a finished group ends at once with 0.
-  int64_t served_end = 0;
+  // Requeue when a run's serving stopped before the last step it had to serve (a coordinated stop),
+  // or a run is left unfinished by design (--stop-after). Runs that had finished before this job
+  // started have nothing to serve: a rerun of a finished group ends at once with 0. (The job's own
+  // code follows its runs: dist/control/policy.h, job_exit_code.)
   bool unfinished = false;
-  for (size_t r = 0; r < c.plan.runs.size(); ++r) {
-    if (c.end_step[r] > c.steps_done[r]) served_end = std::max(served_end, c.end_step[r]);
-    unfinished = unfinished || c.end_step[r] < c.plan.runs[r].schedule.total_steps();
-  }
-  return stats.steps_done < served_end || unfinished ? kExitRequeue : kExitOk;
+  for (size_t r = 0; r < c.plan.runs.size(); ++r)
+    unfinished = unfinished || stats.served_end.at(r) < c.end_step[r] ||
+                 c.end_step[r] < c.plan.runs[r].schedule.total_steps();
+  return unfinished ? kExitRequeue : kExitOk;
 }
 
 int run_student_rank(const RankContext& c) {
   const RankLayout& layout = *c.plan.layout;
   const RankInfo& me = layout.ranks.at(static_cast<size_t>(c.mpi.rank()));
   const RunPlan& plan = c.plan.runs.at(static_cast<size_t>(me.run));
+  const std::string& ended = c.ended.at(static_cast<size_t>(me.run));
+  if (ended == "finished") return kExitOk;
+  if (!ended.empty()) {
+    // It leaves the job as the guard ended it: by agreement, so the other runs go on.
+    c.control.leave_run("run " + plan.cfg.run.name + " diverged earlier");
+    throw ExitError(kExitDiverged, ended);
+  }
   std::vector<int> student_ranks;
   for (int s = 0; s < layout.students; ++s) student_ranks.push_back(layout.student_rank(s, me.run));
   CommStudentGroup group(*c.groups.students, student_ranks);
@@ -127,7 +156,7 @@ int run_student_rank(const RankContext& c) {
                                                     layout.teacher_rank(me.pipeline, layout.teacher_stages - 1),
                                                     c.mpi.rank(), c.device, teacher_head_for_channel(c.plan, c.device));
   TeacherSource& teacher = *source;
-  const std::unique_ptr<TeacherSource> nan_teacher = inject_nan_targets(teacher);
+  const std::unique_ptr<TeacherSource> nan_teacher = inject_nan_targets(teacher, plan.cfg.run.name);
   const int64_t steps_done = c.steps_done.at(static_cast<size_t>(me.run));
   StudentRun run;
   run.plan = plan;
@@ -141,7 +170,10 @@ int run_student_rank(const RankContext& c) {
   run.resume_checkpoint = c.resume_checkpoint.at(static_cast<size_t>(me.run));
   run.stop_after_steps = c.options.stop_after_steps;
   run.print_progress = c.options.print_progress;
+  run.group_file = c.plan.runs.size() > 1 ? c.options.group_file : "";
   run.stop_requested = [&c](int64_t s) { return c.control.stop_at(s); };
+  // In a group a run the guard ends leaves alone; a run alone ends the job (every rank exits 4 or 5).
+  if (c.plan.runs.size() > 1) run.leave_run = [&c](const std::string& reason) { return c.control.leave_run(reason); };
   run.on_step = [&c](const StepReport& r) { report_step(c.control, r); };
   return run_student(run) == RunOutcome::kFinished ? kExitOk : kExitRequeue;
 }
@@ -176,7 +208,7 @@ int run_planned_distributed_job(const JobPlan& plan, const JobOptions& options, 
   if (mpi.rank() == first_student && options.print_progress)
     std::cerr << "deepen: computing on " << plan.device << ", world backend " << plan.backend << "\n";
   RankGroups groups = make_rank_groups(*world, layout);
-  const std::string run_name = me.is_student() && layout.runs > 1 ? plan.runs.at(size_t(me.run)).cfg.run.name : "";
+  const std::string run_name = me.is_student() ? run_labels(plan).at(size_t(me.run)) : "";
   // The watchdog's way out of a hung collective: abort the world (and every group split from it).
   JobControl control(cfg.control, plan.job_dir, mpi.rank(), mpi.size(), mpi.hostnames(), world.get(), role_of(me),
                      run_name, [&world] { world->abort(); });
@@ -184,30 +216,52 @@ int run_planned_distributed_job(const JobPlan& plan, const JobOptions& options, 
   RankContext context{plan, options, tokenizer, mpi, groups, control, device, {}, {}, {}};
   context.steps_done = start.steps_done;
   context.resume_checkpoint = start.resume_checkpoint;
-  // Before any model runs: a resumed rank repeats the kernel choices it made before (same rounding).
-  const std::string calibration_dir = me.is_student() ? plan.runs.at(size_t(me.run)).cfg.run.out_dir : plan.job_dir;
-  const bool any_resumed = std::any_of(context.steps_done.begin(), context.steps_done.end(), [](int64_t s) { return s > 0; });
-  process_cpu_kernel_calibration().record_to(RunFolder(calibration_dir).cpu_kernel_choices(mpi.rank()), any_resumed);
+  context.ended = start.ended;
+  // Before any model runs: a resumed rank repeats the kernel choices it made before (same rounding),
+  // found by its role (its run's student index, or its pipeline and stage), whatever its world rank.
+  const bool resumed = me.is_student() ? context.steps_done.at(size_t(me.run)) > 0
+                                       : std::any_of(context.steps_done.begin(), context.steps_done.end(),
+                                                     [](int64_t s) { return s > 0; });
+  const std::string choices =
+      me.is_student() ? RunFolder(plan.runs.at(size_t(me.run)).cfg.run.out_dir).cpu_kernel_choices_student(me.student)
+                      : RunFolder(plan.job_dir).cpu_kernel_choices_teacher(me.pipeline, me.stage);
+  process_cpu_kernel_calibration().record_to(choices, resumed);
   for (size_t r = 0; r < plan.runs.size(); ++r) {
     int64_t end = plan.runs[r].schedule.total_steps();
     if (options.stop_after_steps) end = std::min(end, *options.stop_after_steps);
+    // A run that ended (finished, or diverged and not retried) is served nothing.
+    if (!start.ended[r].empty()) end = context.steps_done[r];
     context.end_step.push_back(std::max(end, context.steps_done[r]));
   }
+  if (mpi.rank() == first_student)  // said even with --quiet: a run the job does not train is news
+    for (size_t r = 0; r < plan.runs.size(); ++r)
+      if (!start.ended[r].empty())
+        std::cerr << "deepen: [" << plan.runs[r].cfg.run.name << "] "
+                  << (start.ended[r] == "finished" ? "finished earlier; not trained again" : start.ended[r]) << "\n";
 
   int rc = kExitFailure;
+  std::string message;
   try {
     rc = me.is_teacher() ? run_teacher_rank(context) : run_student_rank(context);
+  } catch (const ExitError& e) {
+    // A run the divergence guard ended left the job alone, as a finished run does (its students took
+    // what the teacher had sent it): the others go on; this rank leaves with its run's code.
+    if (!control.run_left()) control.leave_on_failure(std::current_exception());
+    rc = e.code();
+    message = e.what();
+    std::cerr << "deepen: error: " << message << "\n";
   } catch (...) {
     control.leave_on_failure(std::current_exception());  // the reason reaches every rank's log
   }
-  // A run that finished leaves the control plane before it waits for the others (a shared teacher
-  // goes on for the longer runs): it is then neither asked about a stop nor watched for progress.
-  // Rank 0 (a teacher in every order) hosts the coordinator and leaves last.
-  // Without teacher ranks (a run from a teacher cache) rank 0 is student 0, and it leaves last.
-  const bool hosts = layout.teacher_ranks() > 0 ? me.is_teacher() : mpi.rank() == 0;
-  if (!hosts) control.shutdown(rc);
+  // Every rank leaves the control plane before it waits for the others: a run that finished (a
+  // shared teacher goes on for the longer runs) is then neither asked about a stop nor watched for
+  // progress. Rank 0 (a teacher in every order; student 0 without teacher ranks, a run from a
+  // teacher cache) hosts the coordinator: its leaving waits for every other rank's, so the job's
+  // exit code is known, and written (DEEPEN_EXIT_CODE_FILE), before any rank ends its process; a
+  // launcher that ends the job at the first non-zero exit (mpirun's default) then cuts off nothing,
+  // and one killed rank still ends the job.
+  control.shutdown(rc, message);
   world->barrier();
-  if (hosts) control.shutdown(rc);
   return rc;
 }
 

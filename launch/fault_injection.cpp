@@ -14,13 +14,17 @@
 namespace deepen {
 namespace {
 
-// "<student>:<step>" from `var`; false when unset.
-bool student_and_step(const char* var, int64_t& student, int64_t& step) {
+// "<student>:<step>[:<run name>]" from `var`; false when unset, or when it names another run than
+// `run` (a shared teacher's group: one run's fault).
+bool student_and_step(const char* var, int64_t& student, int64_t& step, const std::string& run = "") {
   const char* spec = std::getenv(var);
   if (!spec) return false;
   long long s = 0, t = 0;
-  if (std::sscanf(spec, "%lld:%lld", &s, &t) != 2)
-    throw InputError(std::string(var) + ": expected <student>:<step>, got " + spec);
+  int used = 0;
+  if (std::sscanf(spec, "%lld:%lld%n", &s, &t, &used) != 2)
+    throw InputError(std::string(var) + ": expected <student>:<step>[:<run name>], got " + spec);
+  const std::string rest = spec + used;
+  if (!rest.empty() && (rest[0] != ':' || rest.substr(1) != run)) return false;
   student = s;
   step = t;
   return true;
@@ -80,9 +84,9 @@ std::unique_ptr<BatchSource> inject_wrong_batch(std::unique_ptr<BatchSource> bat
   return std::make_unique<WrongBatchAt>(*keep, student, step);
 }
 
-std::unique_ptr<TeacherSource> inject_nan_targets(TeacherSource& teacher) {
+std::unique_ptr<TeacherSource> inject_nan_targets(TeacherSource& teacher, const std::string& run) {
   int64_t student = 0, step = 0;
-  if (!student_and_step("DEEPEN_FAULT_NAN", student, step)) return nullptr;
+  if (!student_and_step("DEEPEN_FAULT_NAN", student, step, run)) return nullptr;
   return std::make_unique<NanTargetsAt>(teacher, student, step);
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "train/batch_source.h"
 #include "train/teacher_source.h"
@@ -15,9 +16,10 @@ namespace deepen {
 std::unique_ptr<BatchSource> inject_wrong_batch(std::unique_ptr<BatchSource> batches,
                                                 std::unique_ptr<BatchSource>& keep);
 
-// DEEPEN_FAULT_NAN=<student>:<step>: that student's teacher targets of its first micro-batch at
-// that step are NaN, so its loss is (a divergence the guard must stop on every student at that
-// step). nullptr when unset; otherwise a source that reads through `teacher`.
-std::unique_ptr<TeacherSource> inject_nan_targets(TeacherSource& teacher);
+// DEEPEN_FAULT_NAN=<student>:<step>[:<run name>]: that student's teacher targets of its first
+// micro-batch at that step are NaN, so its loss is (a divergence the guard must stop on every student
+// at that step); with a run name, only in that run of a shared teacher's group (`run`: this one's
+// run.name). nullptr when unset or for another run; otherwise a source that reads through `teacher`.
+std::unique_ptr<TeacherSource> inject_nan_targets(TeacherSource& teacher, const std::string& run = "");
 
 }  // namespace deepen

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <iostream>
 
 #include <ATen/ATen.h>
@@ -22,6 +23,25 @@
 
 namespace deepen {
 namespace fs = std::filesystem;
+
+namespace {
+
+// "pre-grow 0, post-grow 3, joint 4": each run's students' code (a job of one run: "the run 3").
+std::string describe_run_codes(const std::vector<control::RankView>& ranks) {
+  std::vector<std::pair<std::string, int>> runs;
+  for (const control::RankView& r : ranks) {
+    if (control::is_teacher_role(r.role)) continue;
+    const std::string name = r.run.empty() ? "the run" : r.run;
+    if (std::none_of(runs.begin(), runs.end(), [&](const auto& x) { return x.first == name; }))
+      runs.emplace_back(name, r.exit_code);
+  }
+  std::string out;
+  for (const auto& [name, code] : runs) out += (out.empty() ? "" : ", ") + name + " " + std::to_string(code);
+  return out;
+}
+
+}  // namespace
+
 
 JobControl::JobControl(const ControlConfig& control, const std::string& job_dir, int rank, int world_size,
                        const std::vector<std::string>& hostnames, Communicator* world, const std::string& role,
@@ -43,6 +63,9 @@ JobControl::JobControl(const ControlConfig& control, const std::string& job_dir,
   options.role = role;
   options.run = run;
   options.hard_exit_after_s = std::max(1.0, control.watchdog_s / 2);
+  // The hosting rank leaves last, once every other rank has (its runs may still export their students
+  // for minutes): no time limit on that wait, since the watchdog ends the job if one of them hangs.
+  options.shutdown_wait_s = std::numeric_limits<double>::infinity();
   options.on_abort = [on_abort](const control::AbortInfo&) { on_abort(); };
   // Made here, on the trainer thread (the one that runs the job), whose CPU clock it reads; the
   // communicators mark their waits in it, so a long step is not taken for a hang.
@@ -74,31 +97,60 @@ bool JobControl::stop_at(int64_t steps_done) {
   return s && steps_done >= *s;
 }
 
+void JobControl::set_served_runs(const std::vector<ServedSteps>& runs) {
+  std::vector<control::ServedRun> served;
+  served_.clear();
+  for (const ServedSteps& r : runs) {
+    served.push_back({r.run, r.first_step, r.end_step});
+    served_.push_back(r.run);
+  }
+  plane_->set_served_runs(std::move(served));
+}
+
+std::vector<std::optional<int64_t>> JobControl::run_stops(int64_t step) {
+  const control::RunSteps decided = plane_->stop_steps(step);
+  std::vector<std::optional<int64_t>> out;
+  for (const std::string& run : served_) out.push_back(control::run_step(decided, run));
+  return out;
+}
+
+int64_t JobControl::leave_run(const std::string& reason) {
+  const int64_t step = plane_->leave_run(reason);
+  run_left_ = true;
+  return step;
+}
+
 void JobControl::report(int64_t steps_done, int64_t stage, int64_t depth,
                         const std::vector<std::pair<std::string, double>>& metrics, const std::string& phase) {
   plane_->report(steps_done, stage, depth, control::Metrics(metrics.begin(), metrics.end()), phase);
 }
 
-void JobControl::shutdown(int exit_code) { leave(exit_code, ""); }
+void JobControl::shutdown(int exit_code, const std::string& message) { leave(exit_code, message); }
 
 void JobControl::leave(int exit_code, const std::string& message) {
   plane_->shutdown(exit_code, message);
   control::Coordinator* coordinator = plane_->coordinator();
+  if (!coordinator) return;
   const char* file = std::getenv("DEEPEN_EXIT_CODE_FILE");
-  if (!coordinator || !file || !*file) return;
-  // The job's code: an abort's (the failed rank's own code, lent to all), or the one every rank left
-  // with; ranks that left with different codes and no abort leave the launcher's status standing.
+  // The job's code: an abort's (the failed rank's own code, lent to all), or the rule over the
+  // codes every rank left with (policy.h, job_exit_code).
   std::optional<int> job_code;
   if (const auto abort = coordinator->aborted()) {
     job_code = abort->exit_code;
   } else {
     const std::vector<control::RankView> ranks = coordinator->ranks();
-    const bool agree = std::all_of(ranks.begin(), ranks.end(), [&](const control::RankView& r) {
-      return r.state == control::RankState::kDone && r.exit_code == ranks.front().exit_code;
-    });
-    if (agree && !ranks.empty()) job_code = ranks.front().exit_code;
+    job_code = control::job_exit_code(ranks);
   }
-  if (!job_code) return;
+  if (!job_code) return;  // a rank that never left: the launcher's status stands
+  // Ranks that left with codes of their own (a group's runs end apart): a launcher's status names one
+  // of them, so the job's says which counts.
+  const std::vector<control::RankView> ranks = coordinator->ranks();
+  const bool mixed = std::any_of(ranks.begin(), ranks.end(),
+                                 [&](const control::RankView& r) { return r.exit_code != ranks.front().exit_code; });
+  if (mixed && !coordinator->aborted())
+    std::cerr << "deepen: the job's exit code is " << *job_code << " (its runs: "
+              << describe_run_codes(ranks) << ")" << (file && *file ? std::string(", written to ") + file : "") << "\n";
+  if (!file || !*file) return;
   try {
     write_file_text(file, std::to_string(*job_code) + "\n", "the job's exit code");
   } catch (const std::exception& e) {

@@ -34,15 +34,35 @@ class JobControl {
              const std::string& run, std::function<void()> on_abort);
   ~JobControl();
 
-  // True when this rank must stop before step `steps_done` (the agreed stop step is reached).
+  // A student: true when this rank must stop before step `steps_done` (its run's agreed stop step is
+  // reached).
   bool stop_at(int64_t steps_done);
+  // A teacher stage: the runs it serves (names as their students' `run`; "" for a job of one run)
+  // with the steps [first, end) it serves each, before the job can stop; then at every global step
+  // it begins, each run's agreed stop step once decided (negative: at the run's first step).
+  struct ServedSteps {
+    std::string run;
+    int64_t first_step = 0, end_step = 0;
+  };
+  void set_served_runs(const std::vector<ServedSteps>& runs);
+  std::vector<std::optional<int64_t>> run_stops(int64_t step);
+  // A student whose run leaves the job alone (the divergence guard ended it): the step its run stops
+  // at, agreed with the teacher stages (at least this step + 1); the other runs go on.
+  int64_t leave_run(const std::string& reason);
+  // Whether this rank's run left the job that way: its students then leave with their run's code
+  // (4 diverged, 5 rolled back) without ending the job.
+  bool run_left() const { return run_left_; }
   void report(int64_t steps_done, int64_t stage, int64_t depth, const std::vector<std::pair<std::string, double>>& metrics,
               const std::string& phase = "train");
-  // Leaves on purpose with the job's exit code (0 finished, 3 stopped for requeue). On the hosting
-  // rank, with DEEPEN_EXIT_CODE_FILE set (slurm/lib.sh), the job's code as the coordinator saw every
-  // rank leave is written there: mpirun's own status does not say it (with
-  // orte_abort_on_non_zero_status = 0 it returns 0 when every rank exits 3, and 1 after a SIGTERM).
-  void shutdown(int exit_code);
+  // Leaves on purpose with this rank's exit code (0 finished, 3 stopped for requeue; a run that left
+  // alone: 4 or 5, with its message). On the hosting rank, with DEEPEN_EXIT_CODE_FILE set
+  // (slurm/lib.sh, the local study runner), the job's code (dist/control/policy.h, job_exit_code: a
+  // failure wins, else a stopped run requeues, else a rollback, else a divergence, else 0) as the
+  // coordinator saw every rank leave is written there: the launcher's own status does not say it
+  // (mpirun's is its first non-zero rank's, and 1 after a SIGTERM; a group whose shorter run
+  // finished leaves codes 0 and 3). The hosting rank returns only once every other rank has left
+  // (or the job aborted), so the code is written before any rank ends its process.
+  void shutdown(int exit_code, const std::string& message = "");
 
   // Leaves on a failure and rethrows it for main's exit code. This rank's own error (an InputError,
   // an ExitError, any other exception) goes to the coordinator with its exit code, which aborts
@@ -57,6 +77,8 @@ class JobControl {
   std::optional<std::pair<int, std::string>> aborted() const;
   void leave(int exit_code, const std::string& message);
   std::unique_ptr<control::ControlPlane> plane_;
+  std::vector<std::string> served_;  // a teacher stage: the runs it serves, in order
+  bool run_left_ = false;
 };
 
 struct StepReport;

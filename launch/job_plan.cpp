@@ -108,8 +108,13 @@ JobPlan plan_shared_teacher_job(const std::vector<Config>& runs, const std::stri
                                    plan.teacher->head_layers, static_cast<int>(runs.size()));
   }
   plan.channel = channel_format(cfg.distill, cfg.teacher.dtype);
-  for (const Config& run : runs)  // bad budgets fail on every rank, early
-    plan.runs.push_back(make_run_plan(run, make_growth_schedule(run), student_vocab_size(run, tokenizer)));
+  for (const Config& run : runs) {  // bad budgets fail on every rank, early
+    const int64_t run_vocab = student_vocab_size(run, tokenizer);
+    // Every run against the teacher, not only the first: a run whose vocabulary differs from the
+    // teacher's rows would receive logits of another width mid-training.
+    if (&run != &cfg) plan_teacher(run, run_vocab, tokenizer);
+    plan.runs.push_back(make_run_plan(run, make_growth_schedule(run), run_vocab));
+  }
   return plan;
 }
 

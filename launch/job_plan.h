@@ -20,6 +20,7 @@ struct JobOptions {
   bool resume = true;                       // continue from the newest valid checkpoint if any
   std::optional<int64_t> stop_after_steps;  // stop with a checkpoint after this many steps
   bool print_progress = true;
+  std::string group_file;                   // `deepen group FILE`: the file (the guard's advice names it)
 };
 
 // The teacher as its config.json describes it (no tensor is read for the plan).

@@ -27,14 +27,18 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(cfg.data.tokenizer);
   // Every decision first, before anything heavy runs or anything is written to run.out_dir.
   const JobPlan plan = plan_single_process_job(cfg, distill, *tokenizer, visible_cuda_devices());
-  // Then the run folder and the data: where it resumes, whether it may, and the shards' tokens.
+  // Then the run folder and the data, read only: where it resumes, whether it may, and the shards'
+  // tokens (a start refused here leaves no trace). Then the folder is ours alone (another job
+  // writing it is refused, a dead one's lock taken over); a job we waited for may have moved it on.
   StartupChecks checks = check_before_start(plan.run(), *tokenizer, options.resume, options.print_progress);
+  const RunFolderLock lock(cfg.run.out_dir, cfg.control.watchdog_s);
+  if (lock.waited()) checks = check_before_start(plan.run(), *tokenizer, options.resume, options.print_progress);
   set_compute_threads_checked(cfg.run.threads, "this process");
   record_startup(plan.run(), checks);
   const at::Device device = compute_device(plan, 0);
   if (options.print_progress) std::cerr << "deepen: computing on " << device.str() << "\n";
   // Before any model runs: a resumed run repeats the kernel choices it made before (same rounding).
-  process_cpu_kernel_calibration().record_to(RunFolder(cfg.run.out_dir).cpu_kernel_choices(0), options.resume);
+  process_cpu_kernel_calibration().record_to(RunFolder(cfg.run.out_dir).cpu_kernel_choices_student(0), options.resume);
   std::unique_ptr<LocalTeacher> teacher;
   if (plan.teacher) {
     // A hidden-state channel's single-process run goes the same way: a headless teacher, and the

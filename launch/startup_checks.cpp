@@ -10,9 +10,11 @@
 #include "dist/communicator.h"
 #include "dist/rank_layout.h"
 #include "launch/job_parts.h"
+#include "run_folder/guard_events.h"
+#include "run_folder/progress.h"
+#include "run_folder/run_folder.h"
 #include "teacher_cache/cache_run_check.h"
 #include "teacher_cache/teacher_cache.h"
-#include "run_folder/progress.h"
 #include "train/shard_batch_source.h"
 #include "train/student_trainer.h"
 
@@ -78,30 +80,49 @@ template <class F> std::string verdict_of(F&& f) {
 
 }  // namespace
 
+std::string run_ended(const Config& cfg) {
+  if (job_state(cfg.run.out_dir) == JobState::kFinished) return "finished";
+  return unretried_divergence(cfg.run.out_dir, cfg.run.name, cfg.guard.lr_scale).value_or("");
+}
+
 AgreedStart agree_on_startup(Communicator& world, const JobPlan& plan, const Tokenizer& tokenizer, bool resume,
                              bool print_progress) {
   const RankLayout& layout = *plan.layout;
   AgreedStart agreed;
   std::vector<StartupChecks> mine(plan.runs.size());
+  agreed.locks.resize(plan.runs.size());
   // Checks first, for every run: nothing is written until all passed.
   for (size_t r = 0; r < plan.runs.size(); ++r) {
     const int root = layout.student_rank(0, static_cast<int>(r));
     std::string verdict;
     if (world.rank() == root)
       verdict = verdict_of([&] {
+        // A group's run that finished or diverged trains no more (a run alone is the user's own call).
+        const Config& cfg = plan.runs[r].cfg;
+        const std::string ended = resume && plan.runs.size() > 1 ? run_ended(cfg) : "";
         mine[r] = check_before_start(plan.runs[r], tokenizer, resume, print_progress);
         mine[r].batches.reset();  // the student opens its own
-        return nlohmann::json{{"steps_done", mine[r].steps_done}, {"checkpoint", mine[r].resume_checkpoint}};
+        return nlohmann::json{{"steps_done", mine[r].steps_done}, {"checkpoint", mine[r].resume_checkpoint},
+                              {"ended", ended}};
       });
     const nlohmann::json j = share_verdict(world, verdict, root);
     agreed.steps_done.push_back(j["steps_done"].get<int64_t>());
     agreed.resume_checkpoint.push_back(j["checkpoint"].get<std::string>());
+    agreed.ended.push_back(j["ended"].get<std::string>());
   }
   for (size_t r = 0; r < plan.runs.size(); ++r) {
     const int root = layout.student_rank(0, static_cast<int>(r));
     std::string verdict;
     if (world.rank() == root)
       verdict = verdict_of([&] {
+        // One writer per run folder from here on (the checks read only: a refused start leaves no
+        // trace). A job this one waited for may have moved the folder on: then it starts over.
+        const Config& cfg = plan.runs[r].cfg;
+        agreed.locks[r] = std::make_shared<RunFolderLock>(cfg.run.out_dir, cfg.control.watchdog_s);
+        if (agreed.locks[r]->waited() &&
+            check_before_start(plan.runs[r], tokenizer, resume, false).steps_done != mine[r].steps_done)
+          throw InputError(cfg.run.out_dir + ": another job wrote this run folder while this one waited for its lock; "
+                           "run the same command again to resume from where it left it");
         record_startup(plan.runs[r], mine[r]);
         return nlohmann::json{{"recorded", true}};
       });

@@ -9,6 +9,7 @@
 
 #include "data/tokenizer.h"
 #include "launch/job_plan.h"
+#include "run_folder/run_folder_lock.h"
 #include "run_folder/verified_shards.h"
 #include "train/batch_source.h"
 
@@ -26,7 +27,8 @@ struct StartupChecks {
   std::shared_ptr<const TeacherCache> cache;  // distill.source = "cache": the cache, opened and checked
 };
 
-// In order, reading only:
+// In order, reading only (the caller then takes the run folder's lock, run_folder_lock.h, and checks
+// again if it had to wait for another job):
 //   1. the resume point (run_folder/progress.h, resume_point): none with --fresh (resume = false); an
 //      InputError when the folder holds an earlier run's records or checkpoints but no valid checkpoint;
 //   2. that checkpoint's config against this one (check_resumable: the keys that differ);
@@ -46,9 +48,22 @@ void record_startup(const RunPlan& run, const StartupChecks& checks);
 struct AgreedStart {
   std::vector<int64_t> steps_done;
   std::vector<std::string> resume_checkpoint;  // empty for a fresh start
+  // A run of a group that has nothing left to do in this job: "" (it trains), "finished" (final/ is
+  // written), or the sentence saying it diverged and is not rerun with the same LR (its students
+  // leave at once with exit code 4; the other runs go on).
+  std::vector<std::string> ended;
+  // On each run's student 0: the run folder's lock (run_folder/run_folder_lock.h), held while this
+  // lives; null elsewhere.
+  std::vector<std::shared_ptr<RunFolderLock>> locks;
 };
 
-// A distributed job: each run's student 0 runs its run's checks, every rank learns every verdict
+// Why a run of a shared teacher's group does not train in this job, or "" when it does: it finished,
+// or the divergence guard stopped it (run_folder/guard_events.h) and its LR scale is the one it
+// diverged with (guard.lr_scale x its rollbacks'), so it would diverge the same way again.
+std::string run_ended(const Config& cfg);
+
+// A distributed job: each run's student 0 runs its run's checks, then takes its run folder's lock
+// (waiting up to control.watchdog_s for another job's rank to end), every rank learns every verdict
 // (one broadcast per run), and only when all passed do they record them; so all ranks go on from the
 // same resume points or all throw the same InputError (ExitError(kExitFailure) when a record cannot
 // be written), before any communicator but the world exists and before anything else is written.

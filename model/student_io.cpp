@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/input_error.h"
+#include "config/text_file.h"
 #include "model/hf_names.h"
 #include "model/safetensors.h"
 #include "model/tensor_bridge.h"
@@ -159,11 +160,8 @@ void export_student_hf(const GrowableStudent& student, const std::string& dir) {
         "post-norm student (h = norm(x + attn(x)); y = norm(h + mlp(h)); no final norm") +
         (student.spec().entry_norm ? "; model.entry_norm.weight normalizes the embedding output" : "") +
         "): transformers' Qwen3 implementation cannot run it; deepen forward --model reads it";
-  {
-    std::ofstream out(tmp / "config.json");
-    out << config.dump(2) << "\n";
-    if (!out) throw std::runtime_error("cannot write " + (tmp / "config.json").string());
-  }
+  // Checked at close: a full disk or quota on NFS or Lustre shows only when the data leaves the cache.
+  write_file_text((tmp / "config.json").string(), config.dump(2) + "\n", "the export's config");
   write_tensors((tmp / "model.safetensors").string(), hf_named_tensors(student),
                 {{"format", "pt"}});
   fs::remove_all(old);

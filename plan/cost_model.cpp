@@ -79,9 +79,11 @@ TeacherStageMemory largest_teacher_stage(const PlanInput& in, int64_t P, int64_t
     const bool last = p == P - 1;
     const double out = last ? logit_bytes_per_token(in.distill, in.teacher.vocab, n, in.header_bytes, in.teacher.hidden)
                             : static_cast<double>(in.teacher.hidden * float_dtype_bytes(in.activation_dtype));
+    // The last stage's queues are per run; the hops between stages carry one stream for all runs.
+    const int64_t in_flight = in.max_in_flight * (last ? std::max<int64_t>(1, in.shared_runs) : 1);
     const TeacherStageMemory t = teacher_stage_memory(in.teacher, layers[static_cast<size_t>(p)], p == 0,
                                                       last && in.distill.logits != TeacherOutput::kHidden,  // no head to hold
-                                                      float_dtype_bytes(in.teacher_dtype), n, out, in.max_in_flight,
+                                                      float_dtype_bytes(in.teacher_dtype), n, out, in_flight,
                                                       in.distill.logits == TeacherOutput::kFull);
     if (t.total() > worst.total()) {
       worst = t;
@@ -163,7 +165,8 @@ void describe_memory(std::ostringstream& o, const PlanInput& plan, const Cluster
   const TeacherStageMemory t = largest_teacher_stage(in, P, &layers);
   o << "  teacher, largest of P=" << P << " stage(s) (" << layers << " layers, " << float_dtype_name(in.teacher_dtype)
     << "): weights " << gib(t.weights) << " + forward " << gib(t.working) << " + " << in.max_in_flight
-    << " outgoing micro-batches " << gib(t.buffers) << " = " << gib(t.total()) << " -> " << verdict(t.total()) << "\n";
+    << (in.shared_runs > 1 ? " x " + std::to_string(in.shared_runs) + " runs'" : std::string()) << " outgoing micro-batches "
+    << gib(t.buffers) << " = " << gib(t.total()) << " -> " << verdict(t.total()) << "\n";
   if (sm.total() <= budget && t.total() <= budget) return;
   // The batch can be kept with smaller micro-batches and more accumulation: name the largest that fits.
   for (int64_t mb = in.micro_batch - 1; mb >= 1; --mb) {
@@ -607,6 +610,8 @@ std::string describe_plan(const PlanInput& in, const ClusterSpec& c, const std::
 }
 
 int64_t micro_batch_tokens(const PlanInput& in) { return in.micro_batch * in.seq_len; }
+
+TeacherStageMemory planned_teacher_stage(const PlanInput& in, int64_t P) { return largest_teacher_stage(in, P); }
 
 PlanInput plan_input_from_config(const Config& cfg) {
   PlanInput in;

@@ -120,6 +120,10 @@ struct PlanInput {
   bool frozen_embedding = false;        // student.init = "teacher"
   FloatDtype teacher_dtype = FloatDtype::kBf16;
   int64_t max_in_flight = 4;
+  // Runs sharing the teacher (a group, `deepen group`): a last stage keeps up to max_in_flight
+  // payloads per run when their micro-batches differ (diverging streams, per-run evaluations), so
+  // its outgoing buffers are runs × max_in_flight payloads (dist/logit_channel.h).
+  int64_t shared_runs = 1;
   int64_t students = 1, teacher_stages = 1;  // the config's layout: the memory section's when none fits
   // parallel.sharding ("none" | "grad_op": AdamW moments split over each layout's S students) and
   // parallel.bucket_cap_mb (MiB, the reduction's bucket, a step temporary under grad_op).

@@ -180,4 +180,8 @@ TeacherStageMemory teacher_stage_memory(const ModelShape& teacher, int64_t layer
                                         int dtype_bytes, int64_t tokens, double out_bytes_per_token,
                                         int64_t max_in_flight, bool logits_in_place = false);
 
+// The largest teacher stage of a P-stage pipeline for a plan (plan/cost_model.h), its last stage's
+// outgoing buffers for in.shared_runs runs.
+TeacherStageMemory planned_teacher_stage(const PlanInput& in, int64_t P);
+
 }  // namespace deepen

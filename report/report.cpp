@@ -141,7 +141,10 @@ RoleSummary summarize_role(std::vector<const RunData*> members, const std::strin
     ce.push_back(final_ce(*r));
     if (r->evals.back().val_kl) kl.push_back(*r->evals.back().val_kl);
     s.complete &= r->complete;
-    if (!r->complete)
+    if (!r->diverged.empty())
+      notes.push_back(r->config.run.name + " " + r->diverged + ": " + r->dir + "'s guard.jsonl; its last eval record "
+                      "(after step " + std::to_string(r->evals.back().step) + ") is used");
+    else if (!r->complete)
       notes.push_back(r->dir + ": unfinished (" + std::to_string(r->evals.back().step + 1) + " of " +
                       std::to_string(r->total_steps) + " steps); its last eval record is used");
   }

@@ -24,6 +24,7 @@
 #include "report/scaling.h"
 #include "report/teacher_sharing.h"
 #include "run_folder/active_layer_tokens.h"
+#include "run_folder/guard_events.h"
 #include "run_folder/jsonl.h"
 #include "run_folder/run_folder.h"
 #include "run_folder/run_info.h"
@@ -243,6 +244,8 @@ RunData load_run(const std::string& dir) {
     r.steps_done = a.steps;
   }
   if (r.stage_steps.empty()) r.stage_depths = stage_depths(r.config.curriculum);  // no run.json: config only
+  if (const std::optional<GuardStop> stop = read_guard_stop(dir))
+    r.diverged = "diverged at step " + std::to_string(stop->step) + " (" + stop->reason + ")";
   return r;
 }
 

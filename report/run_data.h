@@ -76,6 +76,9 @@ struct RunData {
   std::vector<double> train_loss;          // metrics.jsonl "loss" of step s at index s (a prefix without gaps)
   std::optional<FinalTokenRms> final_token_rms;  // final_token_rms.json, when the run finished
   bool complete = false;                   // active_layer_tokens.json "complete"
+  // The divergence guard stopped the run and it has not trained past that step since
+  // (run_folder/guard_events.h): "diverged at step 70 (the loss is nan ...)"; empty otherwise.
+  std::string diverged;
   int64_t active_layer_tokens = 0;         // active_layer_tokens.json (0 if absent)
   int64_t steps_done = 0;
   // First step of every stage but the first: where blocks were appended.

@@ -134,23 +134,30 @@ std::string CheckpointStore::save(int64_t step, uint64_t config_hash,
     fs::remove_all(tmp_dir, ignore);
     throw;
   }
-  prune();
+  prune(final_dir);
   return final_dir;
 }
 
-void CheckpointStore::prune() const {
+void CheckpointStore::prune(const std::string& just_written) const {
   std::vector<std::string> dirs = list();
-  // Keep the newest `keep` that verify; anything older goes. Invalid ones newer than the kept set
-  // go too, since a resume would skip them anyway.
+  // Keep the newest `keep` that look whole; anything older goes, and so do broken ones newer than
+  // the kept set, since a resume would skip them anyway. "Whole" is the manifest against the files'
+  // sizes, not their hashes: re-reading every kept checkpoint at each save would cost tens of GB at
+  // the paper's size, and a transient read error must not delete a good one. The checkpoint just
+  // written (hashed as it was written) is always kept.
   int64_t kept = 0;
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
-    if (kept < keep_ && !verify(*it)) {
+    if (*it == just_written || (kept < keep_ && !verify_sizes(*it))) {
       ++kept;
       continue;
     }
     std::error_code ec;
     fs::remove_all(*it, ec);
   }
+}
+
+std::optional<std::string> CheckpointStore::verify_sizes(const std::string& dir) {
+  return check_manifest(dir, false);
 }
 
 std::vector<std::string> CheckpointStore::remove_stale_temporaries() const {
@@ -175,7 +182,9 @@ std::vector<std::string> CheckpointStore::remove_stale_temporaries() const {
   return removed;
 }
 
-std::optional<std::string> CheckpointStore::verify(const std::string& dir) {
+std::optional<std::string> CheckpointStore::verify(const std::string& dir) { return check_manifest(dir, true); }
+
+std::optional<std::string> CheckpointStore::check_manifest(const std::string& dir, bool hashes) {
   const fs::path manifest_path = fs::path(dir) / kManifest;
   nlohmann::json manifest;
   try {
@@ -190,7 +199,7 @@ std::optional<std::string> CheckpointStore::verify(const std::string& dir) {
       if (size != info.at("bytes").get<uint64_t>())
         return name + ": " + std::to_string(size) + " bytes, manifest says " +
                std::to_string(info.at("bytes").get<uint64_t>());
-      if (hex64(file_checksum(file.string())) != info.at("hash64").get<std::string>())
+      if (hashes && hex64(file_checksum(file.string())) != info.at("hash64").get<std::string>())
         return name + ": checksum mismatch";
     }
   } catch (const std::exception& e) {

@@ -25,7 +25,8 @@ class CheckpointStore {
   // store checksums them, writes the manifest, fsyncs and renames tmp_dir to step_<step>. The newest
   // `keep` valid checkpoints are kept. On any failure (disk full, unwritable folder, a throwing
   // payload writer) the temp folder is removed, older checkpoints stay intact, and the exception
-  // names the path. Returns the final folder.
+  // names the path. Then the newest `keep` kept (verify_sizes; the one just written always). Returns
+  // the final folder.
   std::string save(int64_t step, uint64_t config_hash,
                    const std::function<void(const std::string& tmp_dir)>& write_payload);
 
@@ -41,8 +42,11 @@ class CheckpointStore {
   // Step and config hash of a checkpoint folder that verified (reads its manifest).
   static Found read(const std::string& dir);
 
-  // Checks one folder against its manifest; returns the reason it is invalid, or nullopt.
+  // Checks one folder against its manifest (every file's size and hash); returns the reason it is
+  // invalid, or nullopt.
   static std::optional<std::string> verify(const std::string& dir);
+  // The same without reading the files: the manifest parses and every file has its size.
+  static std::optional<std::string> verify_sizes(const std::string& dir);
 
   // Finished checkpoint folders, oldest first (valid or not).
   std::vector<std::string> list() const;
@@ -55,7 +59,8 @@ class CheckpointStore {
   const std::string& root() const { return root_; }
 
  private:
-  void prune() const;
+  void prune(const std::string& just_written) const;
+  static std::optional<std::string> check_manifest(const std::string& dir, bool hashes);
   std::string root_;
   int64_t keep_;
 };

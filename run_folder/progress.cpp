@@ -11,6 +11,7 @@
 #include "config/text_file.h"
 #include "run_folder/active_layer_tokens.h"
 #include "run_folder/jsonl.h"
+#include "run_folder/guard_events.h"
 #include "run_folder/run_folder.h"
 
 namespace deepen {
@@ -89,12 +90,14 @@ JobState job_state(const std::string& out_dir) {
   const RunFolder run(out_dir);
   if (fs::exists(run.active_layer_tokens_json())) {
     try {
-      if (read_active_layer_tokens(out_dir).complete) return JobState::kFinished;
+      if (read_active_layer_tokens(out_dir).complete && fs::exists(run.final_student())) return JobState::kFinished;
     } catch (const InputError&) {
       // A torn record: the trainer rewrites it; the run resumes from its checkpoint.
     }
+    if (read_guard_stop(out_dir)) return JobState::kDiverged;
     return JobState::kPartial;
   }
+  if (fs::exists(run.guard_jsonl()) && read_guard_stop(out_dir)) return JobState::kDiverged;  // before any checkpoint
   const fs::path ckpt = run.checkpoints();
   if (fs::is_directory(ckpt) && !fs::is_empty(ckpt)) return JobState::kPartial;
   return JobState::kNew;
@@ -105,6 +108,7 @@ const char* to_string(JobState s) {
     case JobState::kNew: return "new";
     case JobState::kPartial: return "partial (resumes)";
     case JobState::kFinished: return "finished (skipped)";
+    case JobState::kDiverged: return "diverged (guard.jsonl; not rerun with the same LR)";
   }
   return "?";
 }

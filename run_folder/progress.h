@@ -38,9 +38,11 @@ TrainProgress read_train_progress(const std::string& checkpoint_dir);
 // student.safetensors: ...; ...), and it holds metrics.jsonl (60 records) and eval.jsonl (15 records); ...".
 std::optional<CheckpointStore::Found> resume_point(const std::string& run_dir, int64_t keep);
 
-// Where a run folder stands on disk: finished = active_layer_tokens.json says complete; partial =
-// the folder holds a checkpoint or an incomplete record (the trainer resumes it); new otherwise.
-enum class JobState { kNew, kPartial, kFinished };
+// Where a run folder stands on disk: finished = active_layer_tokens.json says complete (written once
+// final/ is whole) and final/ is there; diverged = the divergence guard stopped it and it has not
+// trained past that step since (run_folder/guard_events.h, read_guard_stop); partial = the folder
+// holds a checkpoint or an incomplete record (the trainer resumes it); new otherwise.
+enum class JobState { kNew, kPartial, kFinished, kDiverged };
 JobState job_state(const std::string& out_dir);
 const char* to_string(JobState s);
 

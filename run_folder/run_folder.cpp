@@ -10,8 +10,13 @@ namespace fs = std::filesystem;
 
 std::string RunFolder::file(const char* name) const { return (fs::path(dir_) / name).string(); }
 
-std::string RunFolder::cpu_kernel_choices(int world_rank) const {
-  return (fs::path(dir_) / "cpu_kernels" / ("rank" + std::to_string(world_rank) + ".json")).string();
+std::string RunFolder::cpu_kernel_choices_student(int64_t student) const {
+  return (fs::path(dir_) / "cpu_kernels" / ("student" + std::to_string(student) + ".json")).string();
+}
+
+std::string RunFolder::cpu_kernel_choices_teacher(int64_t pipeline, int64_t stage) const {
+  return (fs::path(dir_) / "cpu_kernels" / ("teacher_p" + std::to_string(pipeline) + "_s" + std::to_string(stage) + ".json"))
+      .string();
 }
 
 std::string RunFolder::step_time_jsonl(int world_rank) const {

@@ -43,7 +43,12 @@ class RunFolder {
   std::string control_secret() const { return file("control.secret"); }
   std::string guard_jsonl() const { return file("guard.jsonl"); }
   std::string verified_shards_json() const { return file("verified_shards.json"); }
-  std::string cpu_kernel_choices(int world_rank) const;
+  std::string lock_file() const { return file(".lock"); }  // run_folder/run_folder_lock.h
+  // cpu_kernels/student<S>.json (student S of the run; a single process is student 0) and
+  // cpu_kernels/teacher_p<P>_s<S>.json (a teacher stage, in the job's folder): keyed by role, not
+  // world rank, so a resumed rank finds its own choices when a study regroups the runs that are left.
+  std::string cpu_kernel_choices_student(int64_t student) const;
+  std::string cpu_kernel_choices_teacher(int64_t pipeline, int64_t stage) const;
   std::string step_time_jsonl(int world_rank) const;  // step_time/rank<R>.jsonl (run_folder/step_time.h)
   std::string train_log() const { return file("train.log"); }
   // events.out.tfevents.<Unix seconds, 10 digits>.<host>: TensorBoard's own naming (it finds event

@@ -21,6 +21,7 @@ nlohmann::json StepTime::to_json() const {
   nlohmann::json j = {{"step", step}, {"role", role}, {"time_s", seconds}, {"parts", p}};
   if (passes >= 0) j["passes"] = passes;
   if (deliveries >= 0) j["deliveries"] = deliveries;
+  if (held_bytes >= 0) j["held_bytes"] = held_bytes;
   return j;
 }
 

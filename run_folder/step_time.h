@@ -29,6 +29,9 @@ struct StepTime {
   // ... and the micro-batches it delivered (one per receiving student of every run): equal to passes
   // for one run, up to R times more when R runs share the teacher; -1 = not counted.
   int64_t deliveries = -1;
+  // A teacher's last stage: the most bytes of distinct payloads its outgoing queues held at once so
+  // far (the memory plan's bound: max_in_flight payloads per run it serves); -1 = not counted.
+  int64_t held_bytes = -1;
   double parts_sum() const;
   // {"step": 3, "role": "student", "time_s": 0.12, "parts": {"data": 0.001, ...}}, and "passes", "deliveries" when counted
   nlohmann::json to_json() const;

@@ -18,9 +18,11 @@ APT_PACKAGES=(
   shellcheck                            # the scripts' lint test (DeviceCheckScript.*)
   fortunes python3.11-doc               # text the demo and the tokenizer tests read
 )
-# A one-node Slurm cluster for tests/slurm/ (the tests start and stop the daemons themselves).
-# Without recommends: no mail server, no cgroup or database tooling the tests do not use.
-SLURM_PACKAGES=(slurmctld slurmd slurm-client munge)
+# The Slurm clusters of tests/slurm/ (the tests start and stop the daemons themselves), one node and
+# three nodes of network namespaces (iproute2: ip, tc, ss; util-linux: unshare, nsenter; binutils:
+# readelf for the stale-binary test). Without recommends: no mail server, no cgroup or database tooling
+# the tests do not use.
+SLURM_PACKAGES=(slurmctld slurmd slurm-client munge iproute2 util-linux binutils)
 apt_install() {  # apt_install [apt-get options] -- packages: installs the ones not installed yet
   local -a opts=() missing=()
   while [[ $1 != -- ]]; do opts+=("$1"); shift; done; shift

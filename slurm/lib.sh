@@ -14,6 +14,9 @@
 #   DEEPEN_MAX_RESTARTS     requeue at most this many times (default 50): a job that cannot make
 #                           progress must not cycle forever
 #   DEEPEN_TASKS_PER_NODE   tasks per node when Slurm does not say (dry runs)
+#   DEEPEN_NODE_PROBE_S     after exit code 6 (a silent rank: a node lost or cut off), how long a
+#                           one-task step on each node may take before that node counts as lost
+#                           (default 20); lost nodes are named and left out of the requeued job
 #   DEEPEN_GPU              1: the job computes on GPUs; 0: it does not; default: 1 when Slurm gave
 #                           the job GPUs (SLURM_JOB_GPUS, SLURM_GPUS_ON_NODE, SLURM_GPUS_PER_NODE or
 #                           SLURM_GPUS set) on a node with NVIDIA's driver tools (nvidia-smi; a test
@@ -30,9 +33,13 @@
 #   DEEPEN_RUN_DIR
 # Exit codes (config/input_error.h; docs/cluster.md has the table of faults): 0 done; 3 stopped for
 # requeue (the script requeues itself after SIGUSR1); 2 bad input; 4 the divergence guard stopped the
-# run; 5 the guard rolled back (requeued: the run resumes with a lower LR); anything else (1) is the
-# job's failure code. With DEEPEN_LAUNCHER=mpirun the code is the ranks' own, from
-# RUN_DIR/control/exit_code, which rank 0 writes when they leave (DEEPEN_EXIT_CODE_FILE).
+# run; 5 the guard rolled back (requeued: the run resumes with a lower LR); 6 a rank or the
+# coordinator went silent: a node lost or cut off the network (requeued; nodes that cannot run a job
+# step are named and left out of the rerun); anything else (1) is the job's failure code. With either
+# launcher the code is the job's own, from RUN_DIR/control/exit_code, which rank 0 writes when the
+# ranks leave (DEEPEN_EXIT_CODE_FILE): in a shared teacher's group the runs leave with codes of their
+# own (one finished: 0, one stopped: 3), and the job's code follows the runs (dist/control/policy.h,
+# job_exit_code: a failure wins, else 3, else 5, else 4, else 0).
 
 deepen_log() { echo "deepen slurm: $*" >&2; }
 
@@ -254,9 +261,9 @@ deepen_run_job() {
   local coordinator=${nodes[0]}
   [[ -n ${DEEPEN_COORDINATOR_PORT:-} ]] && coordinator+=":$DEEPEN_COORDINATOR_PORT"
   local secret_file=$run_dir/control/job_secret
-  # The job's exit code as the coordinator saw every rank leave (launch/job_control.h): mpirun's own
-  # status does not carry it (with orte_abort_on_non_zero_status 0 it returns 0 when every rank
-  # exits 3, and 1 after a signal).
+  # The job's exit code as the coordinator saw every rank leave (launch/job_control.h): the
+  # launcher's own status does not carry it (mpirun's is its first non-zero rank's, 1 after a
+  # signal; a group's runs leave with codes of their own).
   local exit_file=$run_dir/control/exit_code
   local sub=${DEEPEN_CMD:-train}
   local -a gpu_sets=()
@@ -314,13 +321,15 @@ deepen_run_job() {
 
   local -a cmd
   if [[ ${DEEPEN_LAUNCHER:-srun} == mpirun ]]; then
-    # Open MPI's mpirun reads the allocation from Slurm. Ranks leaving with code 3 (requeue) must not
-    # make it kill the others while they write their checkpoint. Each rank is bound to its
-    # --cpus-per-task cores (PE=): a plain --bind-to core would pin all of a rank's threads to one
-    # core. overload-allowed: a node may declare more CPUs than it has cores (then ranks share).
+    # Open MPI's mpirun reads the allocation from Slurm. Its default ends the job at a rank's first
+    # non-zero exit: every rank has checkpointed and left the control plane by then (they exit
+    # together after a final barrier, once rank 0 has written the job's exit code), and a rank killed
+    # by a signal must end the job (with orte_abort_on_non_zero_status 0 mpirun waited forever after
+    # one). Each rank is bound to its --cpus-per-task cores (PE=): a plain --bind-to core would pin
+    # all of a rank's threads to one core. overload-allowed: a node may declare more CPUs than it
+    # has cores (then ranks share).
     cmd=(mpirun -np "$ntasks" --map-by "ppr:${counts[0]}:node:PE=${SLURM_CPUS_PER_TASK:-1}"
          --bind-to core:overload-allowed
-         --mca orte_abort_on_non_zero_status 0
          -x DEEPEN_COORDINATOR -x DEEPEN_JOB_SECRET_FILE -x DEEPEN_RUN_DIR -x DEEPEN_EXIT_CODE_FILE -x PATH -x LD_LIBRARY_PATH
          -x NCCL_DEBUG)
   else
@@ -397,10 +406,53 @@ deepen_run_job() {
       deepen_log "stopped at a checkpoint; requeueing job ${SLURM_JOB_ID} (it resumes from $run_dir)"
       scontrol requeue "$SLURM_JOB_ID"
     fi
+  elif ((rc == 4)); then
+    # The divergence guard stopped a run (a group: that run left, and every other finished): the same
+    # start would diverge the same way. guard.jsonl in its folder says where; lower its LR to retry.
+    deepen_log "the divergence guard stopped a run (its guard.jsonl says where; lower its LR to retry); not requeueing"
+  elif ((rc == 6)) && [[ $DEEPEN_GOT_SIGNAL == TERM ]]; then
+    # Slurm itself is ending the job: it found a node not responding (NODE_FAIL, which it requeues
+    # itself), or it was cancelled. Probing now would find every node gone with the allocation.
+    deepen_log "a rank went silent (exit code 6) and Slurm is ending the job (SIGTERM: a node failure it noticed, or scancel); not requeueing (Slurm decides)"
+  elif ((rc == 6)); then
+    # A rank or the coordinator went silent (launch: kExitUnreachable): a node lost or cut off. Which
+    # nodes of the allocation cannot run a job step now, named and left out of the rerun.
+    local lost
+    lost=$(deepen_unreachable_nodes "${nodes[@]}" | paste -sd, -)
+    if [[ -n $lost && $lost == $(deepen_unreachable_nodes_all "${nodes[@]}") ]]; then
+      deepen_log "no node of this job can run a job step (the allocation is ending?); requeueing without excluding any"
+      lost=""
+    elif [[ -n $lost ]]; then
+      deepen_log "node(s) $lost of this job cannot run a job step (lost, or cut off the network)"
+    else
+      deepen_log "every node of this job runs a job step again (a link came back?)"
+    fi
+    if ((${SLURM_RESTART_COUNT:-0} >= ${DEEPEN_MAX_RESTARTS:-50})); then
+      deepen_log "a rank went silent; ${SLURM_RESTART_COUNT:-0} restarts already (DEEPEN_MAX_RESTARTS), not requeueing"
+    else
+      # Excluded while the job waits, so the rerun lands on the nodes left (or waits for others).
+      [[ -n $lost ]] && scontrol update jobid="$SLURM_JOB_ID" ExcNodeList="$lost" 2>/dev/null
+      deepen_log "a rank went silent (exit code 6); requeueing job ${SLURM_JOB_ID}${lost:+ without $lost} (it resumes from $run_dir)"
+      scontrol requeue "$SLURM_JOB_ID"
+    fi
   elif ((rc != 0)); then
     deepen_log "ranks failed with exit code $rc (see the abort message above); not requeueing"
   fi
   return "$rc"
+}
+
+# The nodes (arguments) as deepen_unreachable_nodes lists them when none answers: all of them.
+deepen_unreachable_nodes_all() { printf '%s\n' "$@" | sort | paste -sd, -; }
+
+# The nodes (arguments) that cannot run a one-task job step within DEEPEN_NODE_PROBE_S seconds
+# (default 20), one per line: a node whose slurmd is gone or that the network no longer reaches.
+deepen_unreachable_nodes() {
+  local n
+  for n in "$@"; do
+    (timeout "${DEEPEN_NODE_PROBE_S:-20}" srun --overlap --nodes=1 --ntasks=1 --nodelist="$n" --time=1 true \
+       > /dev/null 2>&1 || echo "$n") &
+  done | sort
+  wait
 }
 
 # Finds the checkout: DEEPEN_HOME, else this file's folder's parent, else the submit folder (sbatch

@@ -14,6 +14,7 @@
 
 #include "config/input_error.h"
 #include "config/layout_label.h"
+#include "run_folder/guard_events.h"
 #include "run_folder/progress.h"
 #include "run_folder/run_folder.h"
 
@@ -38,6 +39,14 @@ std::string curriculum_text(const Config& c) {
   s += "]";
   if (!cur.budget.empty()) s += " budget=matched";
   return s;
+}
+
+// The job's exit code as its coordinator wrote it (launch/job_control.h), if it did.
+std::optional<int> read_exit_code_file(const std::string& path) {
+  std::ifstream in(path);
+  int code;
+  if (in >> code) return code;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -208,92 +217,129 @@ int run_study(const StudyPlan& plan, const LaunchContext& ctx) {
       return rc == kExitBadInput ? kExitBadInput : kExitFailure;
     }
   }
-  enum class Outcome { kPending, kDone, kFailed, kBadInput, kBlocked };
+  enum class Outcome { kPending, kDone, kDiverged, kFailed, kBadInput, kBlocked };
   std::vector<Outcome> outcome(plan.jobs.size(), Outcome::kPending);
   const std::vector<StudyGroup> units = study_units(plan);
   int ran = 0;
+  auto tag_of = [&](size_t k) {
+    return "[" + std::to_string(k + 1) + "/" + std::to_string(plan.jobs.size()) + "] " + plan.jobs[k].id();
+  };
   for (size_t u = 0; u < units.size(); ++u) {
-    std::vector<size_t> pending;
-    for (size_t k : units[u].members) {
-      const StudyJob& job = plan.jobs[k];
-      const std::string tag = "[" + std::to_string(k + 1) + "/" + std::to_string(plan.jobs.size()) + "] " + job.id();
-      if (job_state(job.out_dir) == JobState::kFinished) {
-        std::cout << "study: " << tag << ": finished earlier, not rerun (" << job.out_dir << ")\n" << std::flush;
-        outcome[k] = Outcome::kDone;
+    // A unit runs again at once when a run of it rolled back (exit 5): it resumes from its last good
+    // checkpoint at a lower LR; the guard bounds how often (guard.max_rollbacks).
+    for (int attempt = 0;; ++attempt) {
+      std::vector<size_t> pending;
+      for (size_t k : units[u].members) {
+        const StudyJob& job = plan.jobs[k];
+        if (outcome[k] != Outcome::kPending) continue;
+        if (job_state(job.out_dir) == JobState::kFinished) {
+          if (attempt == 0)
+            std::cout << "study: " << tag_of(k) << ": finished earlier, not rerun (" << job.out_dir << ")\n" << std::flush;
+          outcome[k] = Outcome::kDone;
+          continue;
+        }
+        if (const auto why = unretried_divergence(job.out_dir, job.config.run.name, job.config.guard.lr_scale)) {
+          std::cout << "study: " << tag_of(k) << ": " << *why << "\n" << std::flush;
+          outcome[k] = Outcome::kDiverged;
+          continue;
+        }
+        const bool blocked = std::any_of(job.depends_on.begin(), job.depends_on.end(),
+                                         [&](size_t d) { return outcome[d] != Outcome::kDone; });
+        if (blocked) {
+          std::cout << "study: " << tag_of(k) << ": skipped, a run it depends on did not finish\n" << std::flush;
+          outcome[k] = Outcome::kBlocked;
+          continue;
+        }
+        pending.push_back(k);
+      }
+      if (pending.empty()) break;
+      ProcessSpec p;
+      std::string tag, log_path, exit_file;
+      std::vector<const StudyJob*> runs;
+      for (size_t k : pending) runs.push_back(&plan.jobs[k]);
+      if (pending.size() == 1) {
+        const StudyJob& job = plan.jobs[pending.front()];
+        p = job_process(plan, job, ctx);
+        tag = tag_of(pending.front());
+        log_path = RunFolder(job.out_dir).train_log();
+        std::cout << "study: " << tag << ": " << (job_state(job.out_dir) == JobState::kNew ? "starting" : "resuming");
+      } else {
+        // One job for the group: its file names every pending member's config and overrides.
+        const GroupSpec g = group_spec(plan, u, pending);
+        fs::create_directories(group_dir(plan, u));
+        write_text_file(g.source, group_file_text(g));
+        const int64_t world = group_world_size(plan, StudyGroup{pending, {}});
+        if (ctx.mpirun.empty())
+          throw InputError(plan.spec.source + ": study.share_teacher: group " + g.name + " needs mpirun (" +
+                           std::to_string(world) + " ranks), and there is none in PATH");
+        // The runs of a group leave with codes of their own (one finished, one stopped, one diverged):
+        // the job's code is the one its coordinator writes (dist/control/policy.h, job_exit_code)
+        // before any rank exits, not mpirun's, which is the first non-zero rank's.
+        exit_file = (fs::path(group_dir(plan, u)) / "exit_code").string();
+        p.argv = {ctx.mpirun, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(world), ctx.deepen_exe,
+                  "group", g.source};
+        if (ctx.quiet) p.argv.push_back("--quiet");
+        if (ctx.is_root) {
+          p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT", "1");
+          p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        }
+        p.env.emplace_back("DEEPEN_EXIT_CODE_FILE", exit_file);
+        fs::remove(exit_file);
+        tag = "group " + g.name + " (" + std::to_string(pending.size()) + " runs, one teacher pass)";
+        log_path = (fs::path(group_dir(plan, u)) / "job.log").string();
+        std::cout << "study: " << tag << ": " << (attempt == 0 ? "starting" : "resuming");
+        for (size_t k : pending) std::cout << "\n  " << plan.jobs[k].id();
+      }
+      std::cout << "\n  " << shell_join(p.argv) << "\n" << std::flush;
+      ++ran;
+      int rc = run_logged(p, ctx, log_path, runs);
+      if (!exit_file.empty()) {
+        if (const auto job_rc = read_exit_code_file(exit_file); job_rc && *job_rc != rc) {
+          std::cout << "study: " << tag << ": mpirun returned " << rc << "; the job's exit code is " << *job_rc << " ("
+                    << exit_file << ")\n";
+          rc = *job_rc;
+        }
+      }
+      if (rc == kExitOk || rc == kExitDiverged) {
+        // Every run's own state on disk says how it ended (a group: some may have diverged).
+        for (size_t k : pending) {
+          const bool finished = job_state(plan.jobs[k].out_dir) == JobState::kFinished;
+          outcome[k] = finished ? Outcome::kDone : Outcome::kDiverged;
+          if (!finished) std::cerr << "study: " << tag_of(k) << ": diverged (see " << RunFolder(plan.jobs[k].out_dir).guard_jsonl() << ")\n";
+        }
+        std::cout << "study: " << tag << ": " << (rc == kExitOk ? "finished" : "ended, a run diverged") << "\n" << std::flush;
+        break;
+      }
+      if (rc == kExitRequeue) {
+        std::cout << "study: " << tag << ": stopped with a checkpoint (exit 3); run the study again to resume\n"
+                  << std::flush;
+        return kExitRequeue;
+      }
+      if (rc == kExitRollback) {
+        std::cout << "study: " << tag << ": a run rolled back (exit 5); resuming it from its last good checkpoint\n"
+                  << std::flush;
         continue;
       }
-      const bool blocked = std::any_of(job.depends_on.begin(), job.depends_on.end(),
-                                       [&](size_t d) { return outcome[d] != Outcome::kDone; });
-      if (blocked) {
-        std::cout << "study: " << tag << ": skipped, a run it depends on did not finish\n" << std::flush;
-        outcome[k] = Outcome::kBlocked;
-        continue;
-      }
-      pending.push_back(k);
+      const Outcome o = rc == kExitBadInput ? Outcome::kBadInput : Outcome::kFailed;
+      if (o == Outcome::kBadInput) std::cerr << "study: " << tag << ": bad input (exit 2), see the messages above\n";
+      else std::cerr << "study: " << tag << ": failed (exit " << rc << ")\n";
+      for (size_t k : pending) outcome[k] = o;
+      break;
     }
-    if (pending.empty()) continue;
-    ProcessSpec p;
-    std::string tag, log_path;
-    std::vector<const StudyJob*> runs;
-    for (size_t k : pending) runs.push_back(&plan.jobs[k]);
-    if (pending.size() == 1) {
-      const StudyJob& job = plan.jobs[pending.front()];
-      p = job_process(plan, job, ctx);
-      tag = "[" + std::to_string(pending.front() + 1) + "/" + std::to_string(plan.jobs.size()) + "] " + job.id();
-      log_path = RunFolder(job.out_dir).train_log();
-      std::cout << "study: " << tag << ": " << (job_state(job.out_dir) == JobState::kPartial ? "resuming" : "starting");
-    } else {
-      // One job for the group: its file names every pending member's config and overrides.
-      const GroupSpec g = group_spec(plan, u, pending);
-      fs::create_directories(group_dir(plan, u));
-      write_text_file(g.source, group_file_text(g));
-      const int64_t world = group_world_size(plan, StudyGroup{pending, {}});
-      if (ctx.mpirun.empty())
-        throw InputError(plan.spec.source + ": study.share_teacher: group " + g.name + " needs mpirun (" +
-                         std::to_string(world) + " ranks), and there is none in PATH");
-      p.argv = {ctx.mpirun, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(world), ctx.deepen_exe, "group",
-                g.source};
-      if (ctx.quiet) p.argv.push_back("--quiet");
-      if (ctx.is_root) {
-        p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT", "1");
-        p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-      }
-      tag = "group " + g.name + " (" + std::to_string(pending.size()) + " runs, one teacher pass)";
-      log_path = (fs::path(group_dir(plan, u)) / "job.log").string();
-      std::cout << "study: " << tag << ": starting";
-      for (size_t k : pending) std::cout << "\n  " << plan.jobs[k].id();
-    }
-    std::cout << "\n  " << shell_join(p.argv) << "\n" << std::flush;
-    ++ran;
-    const int rc = run_logged(p, ctx, log_path, runs);
-    Outcome o = Outcome::kDone;
-    if (rc == kExitOk) {
-      std::cout << "study: " << tag << ": finished\n" << std::flush;
-    } else if (rc == kExitRequeue) {
-      std::cout << "study: " << tag << ": stopped with a checkpoint (exit 3); run the study again to resume\n"
-                << std::flush;
-      return kExitRequeue;
-    } else if (rc == kExitBadInput) {
-      o = Outcome::kBadInput;
-      std::cerr << "study: " << tag << ": bad input (exit 2), see the messages above\n";
-    } else {
-      o = Outcome::kFailed;
-      std::cerr << "study: " << tag << ": failed (exit " << rc << ")\n";
-    }
-    for (size_t k : pending) outcome[k] = o;
   }
   int done = 0;
-  bool bad_input = false;
-  bool failed = false;
+  bool bad_input = false, failed = false, diverged = false;
   for (Outcome o : outcome) {
     done += o == Outcome::kDone;
     bad_input |= o == Outcome::kBadInput;
     failed |= o == Outcome::kFailed || o == Outcome::kBlocked;
+    diverged |= o == Outcome::kDiverged;
   }
   std::cout << "study: " << done << "/" << plan.jobs.size() << " runs finished (" << ran << (ran == 1 ? " job" : " jobs")
             << " run now)\n";
   if (failed) return kExitFailure;
   if (bad_input) return kExitBadInput;
+  if (diverged) return kExitDiverged;
   return kExitOk;
 }
 

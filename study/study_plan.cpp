@@ -77,8 +77,8 @@ StudySpec parse_study(const std::string& toml_text, const std::string& source) {
   const toml::table root = parse_toml(toml_text, source);
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
-    if (key != "study" && key != "run")
-      throw InputError(source + ": [" + key + "]: unknown section (a study file has [study] and [[run]])");
+    if (key != "study" && key != "run" && key != "group")
+      throw InputError(source + ": [" + key + "]: unknown section (a study file has [study], [[run]] and [[group]])");
   }
   StudySpec spec;
   spec.source = source;
@@ -90,7 +90,9 @@ StudySpec parse_study(const std::string& toml_text, const std::string& source) {
   r.string("base", base);
   r.string("out_dir", spec.out_dir);
   r.integers("seeds", spec.seeds);
-  std::string command = option_name(spec.command), launcher = option_name(spec.launcher);
+  std::string command = option_name(spec.command), launcher = option_name(spec.launcher),
+              group_by = option_name(spec.group_by);
+  r.string("group_by", group_by);
   r.string("command", command);
   r.string("launcher", launcher);
   r.strings("set", spec.sets);
@@ -119,6 +121,7 @@ StudySpec parse_study(const std::string& toml_text, const std::string& source) {
     r.fail("seeds", "seeds must be distinct");
   spec.command = parse_option<StudyCommand>(command, source + ": study.command");
   spec.launcher = parse_option<Launcher>(launcher, source + ": study.launcher");
+  spec.group_by = parse_option<GroupBy>(group_by, source + ": study.group_by");
 
   const toml::array* runs = root["run"].as_array();
   if (!runs || runs->empty()) throw InputError(source + ": [[run]]: a study needs at least one run");
@@ -136,6 +139,30 @@ StudySpec parse_study(const std::string& toml_text, const std::string& source) {
       rr.fail("name", "must be a folder name of letters, digits, '-', '_' or '.', got \"" + run.name + "\"");
     if (!names.insert(run.name).second) rr.fail("name", "duplicate run name \"" + run.name + "\"");
     spec.runs.push_back(std::move(run));
+  }
+  if (const toml::node* groups = root.get("group")) {
+    const toml::array* list = groups->as_array();
+    if (!list) throw InputError(source + ": [[group]]: expected tables of runs = [...]");
+    std::set<std::string> listed;
+    for (size_t i = 0; i < list->size(); ++i) {
+      const toml::table* t = (*list)[i].as_table();
+      if (!t) throw InputError(source + ": group[" + std::to_string(i) + "]: expected a [[group]] table");
+      TableReader gr(*t, source, "group[" + std::to_string(i) + "]");
+      std::vector<std::string> runs_of;
+      gr.strings("runs", runs_of);
+      gr.reject_unknown();
+      if (runs_of.empty()) gr.fail("runs", "a group lists at least one run");
+      for (const std::string& name : runs_of) {
+        if (!names.count(name)) gr.fail("runs", "\"" + name + "\" is no [[run]] of the study");
+        if (!listed.insert(name).second) gr.fail("runs", "\"" + name + "\" is listed in two groups");
+      }
+      spec.groups.push_back(std::move(runs_of));
+    }
+    if (study->get("group_by") && spec.group_by != GroupBy::kListed)
+      r.fail("group_by", "the study lists its [[group]]s: \"listed\" (or leave it out)");
+    spec.group_by = GroupBy::kListed;
+  } else if (spec.group_by == GroupBy::kListed) {
+    r.fail("group_by", "\"listed\" needs [[group]] tables naming the runs of each group");
   }
   return spec;
 }
@@ -285,7 +312,7 @@ StudyPlan expand_study(const StudySpec& spec, const std::vector<std::string>& ex
     if (spec.launcher == Launcher::kDirect)
       throw InputError(spec.source + ": study.share_teacher: a shared teacher is a job of several ranks; "
                        "study.launcher = \"direct\" runs one process per run (use \"auto\" or \"mpirun\")");
-    plan.groups = plan_teacher_groups(plan.jobs, static_cast<size_t>(spec.max_group_runs));
+    plan.groups = plan_teacher_groups(plan.jobs, static_cast<size_t>(spec.max_group_runs), spec.group_by, spec.groups);
   }
   return plan;
 }
@@ -338,11 +365,18 @@ std::vector<StudyGroup> study_units(const StudyPlan& plan) {
   return units;
 }
 
-std::vector<StudyGroup> plan_teacher_groups(const std::vector<StudyJob>& jobs, size_t max_runs) {
+std::vector<StudyGroup> plan_teacher_groups(const std::vector<StudyJob>& jobs, size_t max_runs, GroupBy by,
+                                            const std::vector<std::vector<std::string>>& listed) {
   std::vector<GroupCandidate> candidates;
-  for (const StudyJob& j : jobs) candidates.push_back(GroupCandidate{j.id(), j.config, j.depends_on});
+  for (const StudyJob& j : jobs) {
+    std::string label;
+    for (size_t g = 0; g < listed.size(); ++g)
+      if (std::find(listed[g].begin(), listed[g].end(), j.run) != listed[g].end()) label = "group " + std::to_string(g);
+    candidates.push_back(GroupCandidate{j.id(), j.config, j.depends_on, label});
+  }
   std::vector<StudyGroup> out;
-  for (TeacherGroup& g : group_for_teacher(candidates, max_runs)) out.push_back(StudyGroup{std::move(g.members), std::move(g.refused)});
+  for (TeacherGroup& g : group_for_teacher(candidates, max_runs, by))
+    out.push_back(StudyGroup{std::move(g.members), std::move(g.refused)});
   return out;
 }
 

@@ -38,6 +38,13 @@ namespace deepen {
 //   cache_dir = "runs/x/cache"  # teacher = "cache": its folder (default <out_dir>/cache)
 //   cache_parts = 8             # teacher = "cache", --slurm: the cache job is an array of this many
 //                               # one-GPU tasks, each writing every cache_parts-th file
+//   group_by = "order"          # "order" | "length": runs of equal length only share a teacher (a
+//                               # group holds its devices for its longest run) | "listed": as the
+//                               # [[group]] tables below say; `deepen plan --study` prices each and
+//                               # prints the [[group]] tables of its cheapest grouping
+//
+//   [[group]]                   # runs that share one teacher (within each seed's data order);
+//   runs = ["pre-grow", "post-grow"]   # a run in no [[group]] trains alone
 //
 //   [[run]]
 //   name = "post-grow"
@@ -72,6 +79,8 @@ struct StudySpec {
   StudyTeacher teacher = StudyTeacher::kLive;  // "live" | "cache"
   std::string cache_dir;           // teacher = "cache": the cache folder ("" = <out_dir>/cache)
   int64_t cache_parts = 8;         // teacher = "cache": Slurm array tasks of the cache job
+  GroupBy group_by = GroupBy::kOrder;  // "order" | "length" | "listed" (study/teacher_groups.h)
+  std::vector<std::vector<std::string>> groups;  // [[group]] runs = [...] (group_by = "listed")
 };
 
 // Parses a study file; InputError names the file, the key and the reason (unknown keys, duplicate or
@@ -140,7 +149,9 @@ std::optional<std::string> cache_share_difference(const Config& cache, const Con
 // The teacher groups of a plan's jobs (study/teacher_groups.h's group_for_teacher over the jobs in
 // order). Example: the demo study with share_teacher and one seed: its eight runs read the same data
 // in the same order with the same teacher: one group of eight, world = 1·2 + 8·2 = 18 ranks.
-std::vector<StudyGroup> plan_teacher_groups(const std::vector<StudyJob>& jobs, size_t max_runs = 0);
+std::vector<StudyGroup> plan_teacher_groups(const std::vector<StudyJob>& jobs, size_t max_runs = 0,
+                                            GroupBy by = GroupBy::kOrder,
+                                            const std::vector<std::vector<std::string>>& listed = {});
 
 // Ranks of a group's job: T·P + R·S from the first member's [parallel].
 int64_t group_world_size(const StudyPlan& plan, const StudyGroup& group);

@@ -6,6 +6,8 @@
 #include <sstream>
 #include <utility>
 
+#include "config/count.h"
+
 namespace deepen {
 namespace {
 
@@ -32,6 +34,9 @@ std::vector<Entry> share_entries(const Config& c) {
       {"parallel.activation_dtype", text(p.activation_dtype)},
       {"distill.logits", text(c.distill.logits)},
       {"distill.channel_dtype", text(c.distill.channel_dtype)},
+      // The teacher sends [rows, V] (or hidden states for the students' copy of its head): every
+      // run's vocabulary must be that V. 0 is the tokenizer's padded size, the same for one tokenizer.
+      {"student.vocab_size", text(c.student.vocab_size)},
   };
   if (c.distill.logits == TeacherOutput::kTopk) {
     e.push_back({"distill.topk", text(c.distill.topk)});
@@ -78,7 +83,23 @@ std::optional<std::string> teacher_share_difference(const Config& a, const Confi
   return std::nullopt;
 }
 
-std::vector<TeacherGroup> group_for_teacher(const std::vector<GroupCandidate>& candidates, size_t max_runs) {
+double curriculum_tokens(const Config& cfg) {
+  const CurriculumConfig& c = cfg.curriculum;
+  double tokens = 0;
+  if (!c.stage_tokens.empty()) {
+    for (const std::string& t : c.stage_tokens) tokens += static_cast<double>(parse_count(t));
+    return tokens;
+  }
+  const ParallelConfig& p = cfg.parallel;
+  const double sequences = p.global_batch > 0 ? static_cast<double>(p.global_batch)
+                                              : static_cast<double>(p.students * p.micro_batch * p.grad_accum);
+  const double length = static_cast<double>(cfg.data.packing == Packing::kDocuments ? cfg.data.max_len : cfg.data.seq_len);
+  for (int64_t steps : c.stage_steps) tokens += static_cast<double>(steps) * sequences * length;
+  return tokens;
+}
+
+std::vector<TeacherGroup> group_for_teacher(const std::vector<GroupCandidate>& candidates, size_t max_runs,
+                                            GroupBy by) {
   std::vector<TeacherGroup> groups;
   std::vector<size_t> group_of(candidates.size(), 0);
   for (size_t i = 0; i < candidates.size(); ++i) {
@@ -97,6 +118,14 @@ std::vector<TeacherGroup> group_for_teacher(const std::vector<GroupCandidate>& c
             refusal = "waits for " + candidates[dep].name + (group_of[dep] == g ? ", a member" : ", a later group's");
       } else if (max_runs > 0 && group.members.size() >= max_runs) {
         refusal = "the group is full (" + std::to_string(max_runs) + " runs)";
+      } else if (by == GroupBy::kListed &&
+                 (c.listed.empty() || c.listed != candidates[group.members.front()].listed)) {
+        refusal = c.listed.empty() ? std::string("listed in no [[group]] of the study")
+                                   : "listed in another [[group]] (" + c.listed + ")";
+      } else if (by == GroupBy::kLength && curriculum_tokens(candidates[group.members.front()].config) !=
+                                               curriculum_tokens(c.config)) {
+        refusal = "another length (" + text(curriculum_tokens(c.config)) + " tokens vs " +
+                  text(curriculum_tokens(candidates[group.members.front()].config)) + "; study.group_by = \"length\")";
       } else {
         for (size_t m : group.members)
           if (auto why = teacher_share_difference(candidates[m].config, c.config)) {

@@ -37,7 +37,8 @@ struct GuardTrip {
 // The decision rule (config [guard]); the trainer acts on it. Pure: tested without a model.
 // Order: a non-finite loss, then a non-finite gradient norm, then (spike_factor > 0, once the window
 // holds spike_window healthy losses) a loss above spike_factor x their median. Only a healthy step's
-// loss joins the window: a skipped spike does not raise the bar for the next one.
+// loss joins the window: a skipped spike does not raise the bar for the next one. The trainer
+// empties the window at every phase start (a growth step's loss may legitimately jump).
 // Example (spike_factor 10, spike_window 3): losses 2.0, 2.2, 2.1 -> window full, median 2.1;
 // a loss of 25 trips ("loss spike"), 20 does not and joins the window (2.2, 2.1, 20 -> median 2.2).
 class DivergenceGuard {

@@ -68,18 +68,53 @@ RunOutcome Trainer::run() {
   const int64_t total = schedule_.total_steps();
   timer_.restart();
   last_channel_bytes_ = run_.teacher ? run_.teacher->channel_bytes() : 0;
-  for (int64_t step = progress_.steps_done; step < total; ++step) {
-    // Stop checks come before any work on the step (the control plane's agreement needs every
-    // rank to ask at the same point): stop here, with the state after `step` steps saved.
-    if (stop_requested_before(step)) {
-      if (step > saved_) timer_.time(StudentPart::kCheckpoint, [&] { checkpoint(false); });
-      check_records_written();
-      return RunOutcome::kStopped;
+  try {
+    for (int64_t step = progress_.steps_done; step < total; ++step) {
+      // Stop checks come before any work on the step (the control plane's agreement needs every
+      // rank to ask at the same point): stop here, with the state after `step` steps saved.
+      if (stop_requested_before(step)) {
+        if (step > saved_) timer_.time(StudentPart::kCheckpoint, [&] { checkpoint(); });
+        check_records_written();
+        return RunOutcome::kStopped;
+      }
+      run_step(step);
     }
-    run_step(step);
+    end_run();
+  } catch (const ExitError& e) {
+    if (e.code() == kExitDiverged || e.code() == kExitRollback) leave_group(e.what());
+    throw;
   }
-  end_run();
   return RunOutcome::kFinished;
+}
+
+TeacherTargets Trainer::take_targets(const MicroBatch& mb) {
+  taken_ = BatchKey{mb.kind, mb.step, mb.student, mb.index};
+  return run_.teacher->targets(mb);
+}
+
+// Every student of the run does this alike; the teacher's items for the run up to step `until` are
+// sent already or on their way (it served the steps it had begun), so taking them in batch order
+// ends the run's share of the channel cleanly.
+void Trainer::leave_group(const std::string& reason) {
+  if (!run_.leave_run || !run_.teacher) return;
+  const std::string head = reason.substr(0, reason.find(';'));  // "guard: step 12: the loss is nan ..."
+  const int64_t until = run_.leave_run("run " + cfg_.run.name + " leaves the job: " + head);
+  const int64_t from = taken_ ? taken_->step : progress_.steps_done;
+  int64_t drained = 0;
+  for (int64_t s = from; s < until; ++s) {
+    const std::vector<BatchKey> keys = step_batches(batch_counts_, s, run_.plan.eval_after(s), group_.rank(), 1);
+    size_t first = 0;
+    if (taken_ && taken_->step == s)
+      for (size_t i = 0; i < keys.size(); ++i)
+        if (keys[i] == *taken_) first = i + 1;
+    for (size_t i = first; i < keys.size(); ++i) {
+      (void)take_targets(run_.batches->get(keys[i]));
+      ++drained;
+    }
+  }
+  if (leader_)  // said even with --quiet: the others go on without this run
+    std::cerr << "deepen: [" << cfg_.run.name << "] left the job at step " << until << " (" << drained
+              << " targets the teacher had sent were taken unused); the other runs go on\n";
 }
 
 // A resume goes on from the newest valid checkpoint, or (distributed) from the one student 0 chose
@@ -156,7 +191,7 @@ void Trainer::run_step(int64_t step) {
   });
 
   if (last || (cfg_.checkpoint.every > 0 && (step + 1) % cfg_.checkpoint.every == 0))
-    timer_.time(StudentPart::kCheckpoint, [&] { checkpoint(last); });
+    timer_.time(StudentPart::kCheckpoint, [&] { checkpoint(); });
 }
 
 // After the last step (or when resumed from the final checkpoint): the records written, then the
@@ -271,6 +306,10 @@ bool Trainer::reset_each_phase() const { return cfg_.curriculum.phase_policy == 
 // process at the same step, so the two runs stay one.
 void Trainer::begin_phase(int64_t step, int stage) {
   if (student_->depth() < schedule_.depth_at(step)) grow(step, stage);
+  // The spike window restarts with the phase: appended blocks and a fresh LR warmup may lift the
+  // loss past guard.spike_factor x the last phase's median, which is no divergence (a rollback
+  // would replay it, a skip would never pass the boundary). Non-finite values are still caught.
+  guard_.restore_window({});
   if (!reset_each_phase()) return;
   // The paper's phase transition: fresh AdamW state (moments and step counts) for every trainable
   // parameter; the LR schedule restarts by itself (LrSchedule::restart_each_phase).
@@ -334,7 +373,7 @@ Trainer::StepLosses Trainer::train_step(int64_t step, const std::vector<BatchKey
   for (size_t i = 0; i < micro.size(); ++i) {
     const MicroBatch& mb = micro[i];
     const TeacherTargets targets = timer_.time(StudentPart::kTeacherWait, [&] {
-      return run_.teacher ? run_.teacher->targets(mb) : TeacherTargets::none();
+      return run_.teacher ? take_targets(mb) : TeacherTargets::none();
     });
     prefetch(i + 1);
     // The last micro-batch's backward completes the step's gradients: its buckets may go early.

@@ -58,6 +58,14 @@ struct StudentRun {
   // Asked at the top of every step with the steps done so far; true stops the run there, with a
   // checkpoint of that state (a coordinated stop: every student returns true at the same step).
   std::function<bool(int64_t steps_done)> stop_requested;
+  // A run sharing a teacher with others (distributed jobs): when the divergence guard ends this run
+  // (it stops or rolls back), it leaves the job alone: this agrees with the teacher on the step the
+  // run's serving stops at (returned), and the trainer takes what the teacher sent before it, so the
+  // teacher and the other runs go on. Null: the run is the whole job (a single process).
+  std::function<int64_t(const std::string& reason)> leave_run;
+  // The group file a shared teacher's job reads ("" alone): the guard's advice names the run's entry
+  // there, since a --set on the command line would reach every run of the group.
+  std::string group_file;
   std::function<void(const StepReport&)> on_step;
   bool print_progress = true;            // a line per step on stderr (student 0 only)
 };

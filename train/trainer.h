@@ -31,6 +31,7 @@
 #include "train/distill_loss.h"
 #include "train/divergence_guard.h"
 #include "train/gradient_buckets.h"
+#include "train/micro_batch.h"
 #include "train/student_trainer.h"
 
 namespace deepen {
@@ -67,6 +68,11 @@ class Trainer {
   bool stop_requested_before(int64_t step) const;
   void run_step(int64_t step);
   void end_run();
+  // The targets of `mb`, remembering which batch was taken last (for leave_group).
+  TeacherTargets take_targets(const MicroBatch& mb);
+  // The guard ended this run (ExitError 4 or 5): with a shared teacher, agree on the step the run's
+  // serving stops at (StudentRun::leave_run) and take every target the teacher sent up to it.
+  void leave_group(const std::string& reason);
   void register_parameters();
   bool reset_each_phase() const;                // curriculum.phase_policy = "reset"
   void begin_phase(int64_t step, int stage);     // grow if the depth increases; reset under "reset"
@@ -106,7 +112,7 @@ class Trainer {
   void start_run_folder(bool resuming);
   // A checkpoint of the state after progress_.steps_done steps (collective: every student calls it
   // at the same step, and every student throws the same error when it cannot be written).
-  void checkpoint(bool final_step);
+  void checkpoint();
   // InputError naming the keys that differ when `found` was written with another config.
   void check_resumable(const CheckpointStore::Found& found) const;
   void restore(const CheckpointStore::Found& found);
@@ -134,8 +140,11 @@ class Trainer {
   // Throws ExitError(kExitDiverged) when a parameter is not finite: no checkpoint, final student or
   // export is written from such weights. The parameters are the same on every student (checked by
   // checksum first), so every student reaches the same verdict.
-  void check_finite_parameters(const char* what) const;
+  void check_finite_parameters(const char* what);
   std::string last_good_checkpoint() const;
+  // The newest valid checkpoint a rollback of step `step` can resume from (taken after step - 2 or
+  // earlier), or "" when there is none.
+  std::string rollback_checkpoint(int64_t step) const;
   // `texts` of every student, in student order (a collective; for error messages only).
   std::vector<std::string> gather_texts(const std::string& mine);
 
@@ -171,6 +180,7 @@ class Trainer {
   double lr_scale_ = 1;      // guard.lr_scale x the rollbacks' scale
   int64_t skips_ = 0;        // steps the guard skipped in this start of the run
   std::string records_failure_;  // this student's first record that could not be written
+  std::optional<BatchKey> taken_;  // the last batch whose teacher targets this student took
 };
 
 }  // namespace deepen

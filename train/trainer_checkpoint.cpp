@@ -1,5 +1,7 @@
 // The trainer's run folder: config and metadata at the start, checkpoint save and restore, the
 // final student and its Hugging Face export (file names: run_folder/run_folder.h).
+#include <unistd.h>
+
 #include <filesystem>
 #include <iostream>
 
@@ -11,6 +13,7 @@
 #include "model/student_io.h"
 #include "model/tensor_bridge.h"
 #include "run_folder/active_layer_tokens.h"
+#include "run_folder/guard_events.h"
 #include "run_folder/run_folder.h"
 #include "run_folder/run_info.h"
 #include "train/optimizer_state_files.h"
@@ -70,6 +73,22 @@ void Trainer::check_resumable(const CheckpointStore::Found& found) const { deepe
 
 void Trainer::open_run_folder(const std::optional<CheckpointStore::Found>& resume_from) {
   const std::optional<int64_t> after = resume_from ? std::optional<int64_t>(resume_from->step) : std::nullopt;
+  // [guard] may change on a resume (the recovery's choice), and guard.lr_scale changes the LR: said
+  // loudly and kept in guard.jsonl, so a run of a group never trains on at another LR unseen.
+  if (leader_ && resume_from) {
+    try {
+      const double before = load_config(RunFolder(out_dir_).config_toml()).guard.lr_scale;
+      if (before != cfg_.guard.lr_scale) {
+        std::cerr << "deepen: [" << cfg_.run.name << "] guard.lr_scale is " << cfg_.guard.lr_scale << " (it was "
+                  << before << " at the run's last start): the LR schedule from step " << resume_from->step + 1
+                  << " on is scaled by it\n";
+        append_guard_event(out_dir_, {{"step", resume_from->step + 1}, {"event", "lr_scale_changed"},
+                                      {"from", before}, {"to", cfg_.guard.lr_scale}});
+      }
+    } catch (const InputError&) {
+      // No readable config.toml of the earlier start: nothing to compare with.
+    }
+  }
   if (leader_) {  // only student 0 writes the run's files
     start_run_folder(resume_from.has_value());
     for (const std::string& dir : store_.remove_stale_temporaries())
@@ -137,7 +156,7 @@ std::string Trainer::write_optimizer_shard(int64_t step) {
   return staging;
 }
 
-void Trainer::checkpoint(bool final_step) {
+void Trainer::checkpoint() {
   const ShardedAdamW::WholeScope whole = whole_blocks();  // the student's file holds every block whole
   group_.check_same(student_->parameter_checksum(), "parameters at checkpoint", progress_.steps_done - 1);
   check_finite_parameters("a checkpoint");
@@ -162,7 +181,9 @@ void Trainer::checkpoint(bool final_step) {
         }
         write_train_progress(tmp, progress);
       });
-      write_active_layer_tokens(out_dir_, {progress.active_layer_tokens, progress.tokens, progress.steps_done, final_step});
+      // Never complete here: a run is finished once final/ is written (Trainer::finish), which a
+      // failed or killed export must not claim.
+      write_active_layer_tokens(out_dir_, {progress.active_layer_tokens, progress.tokens, progress.steps_done, false});
     } catch (const std::exception& e) {
       error = "checkpoint after step " + std::to_string(step) + ": " + e.what();
       std::cerr << "deepen: " << error << std::endl;  // said now: the launcher may end this rank soon
@@ -206,11 +227,24 @@ void Trainer::restore(const CheckpointStore::Found& found) {
               << student_->depth() << ")\n";
 }
 
+// final/ is written under a temporary name and renamed when whole; only then does the run's record
+// say complete, which is what the study runner and `deepen study --slurm` take for finished
+// (run_folder/progress.h, job_state). A failure or a kill in between leaves the run unfinished: the
+// next start resumes from its last checkpoint (after the last step) and writes final/ again.
 void Trainer::finish() {
   const RunFolder run(out_dir_);
-  std::filesystem::create_directories(run.final_dir());
-  save_student(*student_, run.final_student());
-  export_student_hf(*student_, run.final_hf());
+  const fs::path final_dir(run.final_dir());
+  const fs::path tmp = final_dir.string() + ".tmp-" + std::to_string(::getpid());
+  if (fs::exists(final_dir) && !fs::is_directory(final_dir))
+    throw std::runtime_error(final_dir.string() + ": exists and is not a folder; the finished student goes there. "
+                             "Move it away and run the same command again: it resumes after the last step");
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  save_student(*student_, (tmp / fs::path(run.final_student()).filename()).string());
+  export_student_hf(*student_, (tmp / fs::path(run.final_hf()).filename()).string());
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  write_active_layer_tokens(out_dir_, {progress_.active_layer_tokens, progress_.tokens, progress_.steps_done, true});
 }
 
 }  // namespace deepen

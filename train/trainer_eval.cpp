@@ -22,7 +22,7 @@ void Trainer::evaluate(int64_t step, int stage, bool stage_end, const std::vecto
   MicroBatch next = mine.empty() ? MicroBatch{} : run_.batches->get(mine[0]);
   for (size_t j = 0; j < mine.size(); ++j) {
     const MicroBatch mb = std::move(next);
-    const TeacherTargets targets = run_.teacher ? run_.teacher->targets(mb) : TeacherTargets::none();
+    const TeacherTargets targets = run_.teacher ? take_targets(mb) : TeacherTargets::none();
     if (j + 1 < mine.size()) {
       next = run_.batches->get(mine[j + 1]);
       if (run_.teacher) run_.teacher->prefetch(next);

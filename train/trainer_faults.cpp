@@ -6,6 +6,7 @@
 // so all of them skip, stop or go on at the same step, and stop with the same message. A NaN on
 // one student reaches the others through that sum, and its own flag names it.
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 
 #include <ATen/ATen.h>
@@ -17,14 +18,20 @@
 #include "train/trainer.h"
 
 namespace deepen {
+namespace fs = std::filesystem;
 
 namespace {
 
 // The guard's settings as a hint: what the user can do next (there is no checkpoint to resume from
-// when the run stopped before its first one).
-std::string guard_hint(bool have_checkpoint) {
-  return std::string(have_checkpoint ? "resume from it with a lower LR (--set guard.lr_scale=0.5)"
-                                     : "run again with a lower LR (--set guard.lr_scale=0.5, or a lower optim.lr)") +
+// when the run stopped before its first one). In a shared teacher's group the lower LR goes into this
+// run's entry of the group file: a --set on the command line would reach every run of the group.
+std::string guard_hint(bool have_checkpoint, const std::string& group_file, const std::string& run) {
+  const std::string lower =
+      group_file.empty() ? std::string("--set guard.lr_scale=0.5")
+                         : "add \"guard.lr_scale=0.5\" to run " + run + "'s set list in " + group_file +
+                               " (not --set, which every run of the group would get)";
+  return std::string(have_checkpoint ? "resume from it with a lower LR (" + lower + ")"
+                                     : "run again with a lower LR (" + lower + ", or a lower optim.lr)") +
          ", or let the guard skip such steps or roll back by itself (guard.action = \"skip\" | \"rollback\"; "
          "docs/cluster.md)";
 }
@@ -95,23 +102,39 @@ bool Trainer::guard_allows_update(const StepAgreement& agreed) {
     }
     return false;
   }
+  // A rollback resumes from a checkpoint taken before the update that made this step's weights: one
+  // taken right after step h.step - 1 would replay the same loss (a lower LR changes only the updates
+  // after it), and the run would roll back until guard.max_rollbacks. Student 0 picks it; all learn it.
+  std::string target;
+  if (g.action == GuardAction::kRollback && why_stop.empty()) {
+    target = gather_texts(leader_ ? rollback_checkpoint(h.step) : "").front();
+    if (target.empty())
+      why_stop = "no checkpoint was taken before step " + std::to_string(h.step - 1) +
+                 "'s update, and resuming after it would repeat this step as it is";
+  }
   if (g.action == GuardAction::kRollback && why_stop.empty()) {
     const RollbackState next{rollbacks_.lr_scale * g.rollback_lr_factor, rollbacks_.rollbacks + 1};
     const std::string message =
         head + "; its update was not applied. Rolling back (" + std::to_string(next.rollbacks) +
-        " of guard.max_rollbacks = " + std::to_string(g.max_rollbacks) + "): the next start resumes from " +
-        last_good_checkpoint() + " and the LR scaled by " + guard_number(next.lr_scale) +
-        " (times guard.lr_scale; recorded in " + RunFolder(out_dir_).guard_jsonl() +
-        "); the Slurm scripts requeue on this exit code (5), by hand run the same command again";
+        " of guard.max_rollbacks = " + std::to_string(g.max_rollbacks) + "): the next start resumes from " + target +
+        " and the LR scaled by " + guard_number(next.lr_scale) + " (times guard.lr_scale; recorded in " +
+        RunFolder(out_dir_).guard_jsonl() + "); the Slurm scripts requeue on this exit code (5), by hand run the same "
+        "command again";
     // Student 0 writes what the next start needs; the others wait for it (a failure is everyone's).
     std::string error;
     if (leader_) {
       try {
         nlohmann::json e = guard_event("rolled_back", h, *trip);
-        e["checkpoint"] = saved_dir_;
+        e["checkpoint"] = target;
         e["lr_scale"] = next.lr_scale;
         e["rollbacks"] = next.rollbacks;
         append_guard_event(out_dir_, e);
+        // The checkpoints after it hold the trajectory that diverged; the next start must not take one.
+        for (const std::string& dir : store_.list())
+          if (dir > target) {
+            fs::remove_all(dir);
+            std::cerr << "deepen: removed " << dir << ": after the rollback's checkpoint, on the diverged trajectory\n";
+          }
       } catch (const std::exception& ex) {
         error = ex.what();
       }
@@ -124,9 +147,24 @@ bool Trainer::guard_allows_update(const StepAgreement& agreed) {
   const std::string message = head + "; its update was not applied, and no checkpoint or export holds it" +
                               (why_stop.empty() ? "" : " (guard.action = \"" + std::string(option_name(g.action)) +
                                                            "\" stops: " + why_stop + ")") +
-                              ". Last good checkpoint: " + last_good_checkpoint() + "; " + guard_hint(!saved_dir_.empty());
-  if (leader_) write_records([&] { append_guard_event(out_dir_, guard_event("stopped", h, *trip)); });
+                              ". Last good checkpoint: " + last_good_checkpoint() + "; " + guard_hint(!saved_dir_.empty(), run_.group_file, cfg_.run.name);
+  if (leader_)
+    write_records([&] {
+      nlohmann::json e = guard_event("stopped", h, *trip);
+      e["lr_scale"] = lr_scale_;  // a run resumed with the same LR would diverge the same way
+      append_guard_event(out_dir_, e);
+    });
   throw ExitError(kExitDiverged, message);
+}
+
+std::string Trainer::rollback_checkpoint(int64_t step) const {
+  const std::vector<std::string> dirs = store_.list();
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    const std::string name = fs::path(*it).filename().string();
+    const int64_t after = std::stoll(name.substr(name.find('_') + 1));  // the state after step `after`
+    if (after <= step - 2 && !CheckpointStore::verify(*it)) return *it;
+  }
+  return "";
 }
 
 std::string Trainer::last_good_checkpoint() const {
@@ -162,7 +200,7 @@ void Trainer::stop_for_records() {
   // The state before this step: what the records that were written describe.
   if (progress_.steps_done > saved_) {
     try {
-      checkpoint(false);
+      checkpoint();
       message += ". Checkpoint " + saved_dir_ + " holds the state after step " + std::to_string(saved_ - 1) +
                  ": free space (or fix the file system) and run the same command to resume";
     } catch (const std::exception& e) {
@@ -175,13 +213,19 @@ void Trainer::stop_for_records() {
   throw ExitError(kExitFailure, message);
 }
 
-void Trainer::check_finite_parameters(const char* what) const {
+void Trainer::check_finite_parameters(const char* what) {
   for (const auto& item : student_->named_parameters()) {
     if (at::isfinite(item.value()).all().template item<bool>()) continue;
-    throw ExitError(kExitDiverged, "guard: after step " + std::to_string(progress_.steps_done - 1) + ": parameter " +
-                                       item.key() + " is not finite; " + what +
+    const int64_t step = progress_.steps_done - 1;
+    const std::string reason = "parameter " + item.key() + " is not finite";
+    if (leader_)  // the run's record says it diverged (a study or group does not rerun it as it is)
+      write_records([&] {
+        append_guard_event(out_dir_, {{"step", step}, {"event", "stopped"}, {"quantity", "parameter"},
+                                      {"reason", reason}, {"lr_scale", lr_scale_}});
+      });
+    throw ExitError(kExitDiverged, "guard: after step " + std::to_string(step) + ": " + reason + "; " + what +
                                        " is not written from it. Last good checkpoint: " + last_good_checkpoint() +
-                                       "; " + guard_hint(!saved_dir_.empty()));
+                                       "; " + guard_hint(!saved_dir_.empty(), run_.group_file, cfg_.run.name));
   }
 }
 

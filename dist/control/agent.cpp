@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
@@ -13,6 +14,7 @@
 
 #include <boost/asio.hpp>
 
+#include "config/input_error.h"
 #include "dist/control/clock.h"
 #include "dist/control/framed_connection.h"
 #include "dist/control/hmac.h"
@@ -39,6 +41,7 @@ struct Agent::Impl {
   asio::steady_timer silence_timer{io};
   asio::steady_timer retry_timer{io};
   asio::steady_timer handshake_timer{io};
+  asio::steady_timer connect_timer{io};   // the connect deadline, whatever is in flight then
   asio::steady_timer leave_timer{io};
   std::optional<asio::signal_set> signals;
   std::thread thread;
@@ -50,13 +53,14 @@ struct Agent::Impl {
   Clock::time_point last_heard;
   double retry_s = 0.05;
   std::string last_connect_error;
+  int busy_turned_away = 0;           // connections the coordinator closed before its Challenge
   bool leaving = false;               // our own shutdown(): closing is no failure
   bool coordinator_said_shutdown = false;
   Nonce nonce{};
   Nonce server_nonce{};
   bool auth_sent = false;
   Ping last_ping;
-  std::vector<std::string> early_stop_requests;  // asked before the link was up
+  std::vector<StopRequest> early_stop_requests;  // asked before the link was up
 
   // shared with callers
   mutable std::mutex mu;
@@ -64,9 +68,11 @@ struct Agent::Impl {
   int64_t step = -1, stage = 0, depth = 0;
   std::string phase = "start";
   Metrics metrics;
-  int64_t claimed = -1;          // the last step stop_step() let begin
+  int64_t claimed = -1;          // the last step stop_step() / stop_steps() let begin
   bool stop_pending = false;     // StopQuery answered, decision not yet here
-  std::optional<int64_t> stop;   // decided stop step (kStopAtFirstStep resolved on first use)
+  RunSteps decided;              // every run's decided stop step, as the coordinator sent them
+  std::optional<int64_t> own_stop;  // this rank's run's (a student): kStopAtFirstStep resolved on first use
+  std::vector<ServedRun> served;    // a teacher stage: the runs it serves (set_served_runs)
   bool coordinator_gone = false;
   std::optional<AbortInfo> abort_info;
   enum class Connect { kWaiting, kReady, kFailed } connect_state = Connect::kWaiting;
@@ -96,6 +102,10 @@ struct Agent::Impl {
       return;
     }
     Impl* self = this;
+    std::string addresses;
+    for (const auto& r : results) addresses += (addresses.empty() ? "" : ", ") + r.endpoint().address().to_string();
+    last_connect_error = "no answer from " + endpoint.host + " (" + addresses +
+                         "): a cut link, a firewall, or an address this node cannot reach";
     asio::async_connect(socket, results, [self](const error_code& ec, const tcp::endpoint&) {
       if (self->link != Link::kConnecting) return;
       if (ec) {
@@ -118,8 +128,8 @@ struct Agent::Impl {
     error_code ignore;
     socket.close(ignore);
     if (Clock::now() + from_seconds(retry_s) > connect_deadline) {
-      fail_connect("cannot connect within " + std::to_string(opt.connect_timeout_s) + " s: " + error +
-                   " (is DEEPEN_COORDINATOR right, and the coordinator's rank alive?)");
+      fail_connect("cannot connect within control connect timeout " + seconds_text(opt.connect_timeout_s) + ": " +
+                   error + " (is DEEPEN_COORDINATOR right, and the coordinator's rank alive?)");
       return;
     }
     retry_timer.expires_after(from_seconds(retry_s));
@@ -130,16 +140,38 @@ struct Agent::Impl {
     });
   }
 
+  // The connect timeout bounds everything before the link is up: a connect that the network never
+  // answers (a cut link drops the SYN; the kernel would retry for minutes) ends here with a named error.
+  void arm_connect_deadline() {
+    connect_timer.expires_at(connect_deadline);
+    Impl* self = this;
+    connect_timer.async_wait([self](const error_code& ec) {
+      if (ec || (self->link != Link::kConnecting && self->link != Link::kHandshake)) return;
+      self->fail_connect("cannot connect within control connect timeout " + seconds_text(self->opt.connect_timeout_s) +
+                         ": " + (self->link == Link::kHandshake ? "no handshake from the coordinator"
+                                                                 : self->last_connect_error));
+    });
+  }
+
+  static std::string seconds_text(double s) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f s", s);
+    return buf;
+  }
+
   void fail_connect(const std::string& why) {
     link = Link::kClosed;
     error_code ignore;
     socket.close(ignore);
     if (conn) conn->close();
     handshake_timer.cancel();
+    retry_timer.cancel();
+    connect_timer.cancel();
     {
       std::lock_guard lock(mu);
       connect_state = Connect::kFailed;
-      connect_error = "rank " + std::to_string(opt.rank) + ": coordinator at " + endpoint.str() + ": " + why;
+      connect_error = "rank " + std::to_string(opt.rank) + " on " + opt.host + ": coordinator at " + endpoint.str() +
+                      ": " + why;
     }
     cv.notify_all();
   }
@@ -148,6 +180,10 @@ struct Agent::Impl {
     link = Link::kReady;
     conn->allow_full_frames();
     handshake_timer.cancel();
+    connect_timer.cancel();
+    if (busy_turned_away > 0)
+      log("connected to the coordinator after it turned " + std::to_string(busy_turned_away) +
+          " connection(s) away as busy");
     last_heard = Clock::now();
     {
       std::lock_guard lock(mu);
@@ -157,7 +193,7 @@ struct Agent::Impl {
     send_heartbeat();
     arm_heartbeat();
     arm_silence();
-    for (const auto& reason : early_stop_requests) send(StopRequest{reason});
+    for (const auto& request : early_stop_requests) send(request);
     early_stop_requests.clear();
   }
 
@@ -183,7 +219,20 @@ struct Agent::Impl {
       finish_leaving();
     } else if (link == Link::kHandshake) {
       const bool peer_closed = cause == CloseCause::kPeerClosed || cause == CloseCause::kReadFailed;
-      if (cause == CloseCause::kProtocolError) {
+      if (peer_closed && !auth_sent) {
+        // Closed before its Challenge: the coordinator has control.max_pending unauthenticated
+        // connections waiting (a burst of ranks from other nodes, or a local client holding them)
+        // and turns new ones away at once. Busy, not wrong: connect again within the timeout.
+        handshake_timer.cancel();
+        conn.reset();
+        link = Link::kConnecting;
+        if (busy_turned_away++ == 0)
+          log("the coordinator at " + endpoint.str() + " is busy (it closed the connection before its challenge: "
+              "too many unauthenticated connections waiting); retrying for up to " +
+              seconds_text(opt.connect_timeout_s) + " from the first attempt");
+        retry_or_fail("busy: the coordinator turned the connection away " + std::to_string(busy_turned_away) +
+                      " time(s) before its challenge (control.max_pending unauthenticated connections waiting)");
+      } else if (cause == CloseCause::kProtocolError) {
         fail_connect("protocol error during the handshake: " + why);
       } else if (peer_closed && auth_sent) {
         fail_connect("closed the connection during the handshake: wrong job secret, rank already connected, "
@@ -222,6 +271,8 @@ struct Agent::Impl {
                         : std::string("expected AuthOk, got ") + message_name(m));
         return;
       }
+      const FrameKeys keys = frame_keys(opt.secret, server_nonce, nonce, opt.rank);
+      conn->authenticate_frames(keys.agent_to_coordinator, keys.coordinator_to_agent);
       became_ready();
       return;
     }
@@ -229,23 +280,30 @@ struct Agent::Impl {
     if (auto* ping = std::get_if<Ping>(&m)) {
       last_ping = *ping;
     } else if (std::holds_alternative<StopQuery>(m)) {
-      int64_t reach;
+      StopAck ack;
       {
         std::lock_guard lock(mu);
-        stop_pending = !stop.has_value();
-        reach = claimed >= 0 ? claimed + 1 : -1;
+        ack.reaches = reaches_locked();
+        // Claims freeze until the decision, unless every run of this rank is decided already.
+        stop_pending = std::any_of(ack.reaches.begin(), ack.reaches.end(),
+                                   [&](const auto& r) { return !run_step(decided, r.first); });
       }
-      send(StopAck{reach});
+      send(ack);
     } else if (auto* s = std::get_if<Stop>(&m)) {
+      std::string mine;
       {
         std::lock_guard lock(mu);
-        if (!stop) stop = s->step;
+        for (const auto& [run, step] : s->steps) {
+          if (run_step(decided, run)) continue;
+          decided.emplace_back(run, step);
+          if (takes_part_locked(run))
+            mine += (mine.empty() ? "" : ", ") + (run.empty() ? std::string() : "run " + run + " ") +
+                    (step == kStopAtFirstStep ? std::string("at its first step") : "at step " + std::to_string(step));
+        }
         stop_pending = false;
       }
       cv.notify_all();
-      log("coordinated stop: " + (s->step == kStopAtFirstStep ? std::string("at the first step")
-                                                              : "at step " + std::to_string(s->step)) +
-          " (" + s->reason + ")");
+      if (!mine.empty()) log("coordinated stop: " + mine + " (" + s->reason + ")");
     } else if (auto* a = std::get_if<Abort>(&m)) {
       if (leaving) {  // our own failure's Abort, back from the coordinator: the others have it too
         finish_leaving();
@@ -259,7 +317,27 @@ struct Agent::Impl {
     }
   }
 
-  void link_lost(const std::string& why, const std::string& likely = "its process died or its node failed") {
+  // This rank's reach for each run it takes part in (see Agent::stop_step and set_served_runs): a
+  // student's claim + 1; a teacher stage's claim of the global step, seen from each run it serves.
+  RunSteps reaches_locked() const {
+    if (served.empty()) return {{opt.run, claimed >= 0 ? claimed + 1 : -1}};
+    RunSteps out;
+    for (const ServedRun& r : served) {
+      int64_t reach = -1;                                 // not begun a step of this run
+      if (claimed >= r.end_step) reach = r.end_step;      // served it to its end
+      else if (claimed >= r.first_step) reach = claimed + 1;
+      out.emplace_back(r.name, reach);
+    }
+    return out;
+  }
+
+  bool takes_part_locked(const std::string& run) const {
+    if (served.empty()) return run == opt.run;
+    return std::any_of(served.begin(), served.end(), [&](const ServedRun& r) { return r.name == run; });
+  }
+
+  void link_lost(const std::string& why, const std::string& likely = "its process died or its node failed",
+                 int exit_code = kExitFailure) {
     if (link == Link::kClosed) return;
     link = Link::kClosed;
     conn->close();
@@ -275,8 +353,10 @@ struct Agent::Impl {
       log("the coordinator closed the job's control plane");
       return;
     }
-    do_abort(lost_coordinator("lost the control connection to the coordinator at " + endpoint.str() +
-                              " (" + why + "); " + likely));
+    AbortInfo info = lost_coordinator("lost the control connection to the coordinator at " + endpoint.str() +
+                                      " (" + why + "); " + likely);
+    info.exit_code = exit_code;
+    do_abort(info);
   }
 
   AbortInfo lost_coordinator(const std::string& what) const {
@@ -337,7 +417,10 @@ struct Agent::Impl {
       if (quiet > self->opt.watchdog_s) {
         char buf[64];
         std::snprintf(buf, sizeof buf, "%.1f s", quiet);
-        self->link_lost(std::string("silent for ") + buf + ", over control.watchdog_s");
+        // Silence with the connection open: the coordinator's node is lost or cut off (kExitUnreachable).
+        self->link_lost(std::string("silent for ") + buf + ", over control.watchdog_s",
+                        "its node is lost or unreachable from " + self->opt.host + " (a cut link), or it is frozen",
+                        kExitUnreachable);
         return;
       }
       self->arm_silence();
@@ -358,11 +441,12 @@ struct Agent::Impl {
            opt.host + ")";
   }
 
-  void request_stop_io(const std::string& reason) {
-    log("stop requested: " + reason);
-    const std::string sent = reason.substr(0, kMaxStringBytes);  // the wire's bound; the log has it all
-    if (link == Link::kReady) send(StopRequest{sent});
-    else early_stop_requests.push_back(sent);
+  void request_stop_io(const std::string& reason, const std::string& scope = kEveryRun) {
+    log("stop requested" + (scope == kEveryRun ? std::string() : " for run " + scope) + ": " + reason);
+    // The wire's bounds; the log has it all.
+    const StopRequest request{reason.substr(0, kMaxStringBytes), scope.substr(0, kMaxRunName)};
+    if (link == Link::kReady) send(request);
+    else early_stop_requests.push_back(request);
   }
 
   // ---- abort --------------------------------------------------------------------------------
@@ -377,12 +461,12 @@ struct Agent::Impl {
     }
     cv.notify_all();
     if (opt.hard_exit_after_s >= 0) {
-      std::thread([grace = opt.hard_exit_after_s, message = info.message] {
+      std::thread([grace = opt.hard_exit_after_s, message = info.message, code = info.exit_code] {
         std::this_thread::sleep_for(from_seconds(grace));
-        std::fprintf(stderr, "deepen control: still alive %.1f s after the abort, exiting with code 1: %s\n",
-                     grace, message.c_str());
+        std::fprintf(stderr, "deepen control: still alive %.1f s after the abort, exiting with code %d: %s\n",
+                     grace, code, message.c_str());
         std::fflush(stderr);
-        std::_Exit(1);
+        std::_Exit(code);
       }).detach();
     }
     if (opt.on_abort) {
@@ -412,6 +496,7 @@ void Agent::connect(const Endpoint& coordinator) {
   asio::post(im.io, [&im, coordinator] {
     im.endpoint = coordinator;
     im.connect_deadline = Clock::now() + from_seconds(im.opt.connect_timeout_s);
+    im.arm_connect_deadline();
     if (im.opt.handle_signals && !im.signals) {
       im.signals.emplace(im.io, SIGTERM, SIGUSR1);
       im.arm_signals();
@@ -441,13 +526,14 @@ std::optional<int64_t> Agent::stop_step(int64_t step) {
   std::unique_lock lock(im.mu);
   while (true) {
     if (im.abort_info) throw ControlError(im.abort_info->message);
-    if (im.stop) {
-      if (*im.stop == kStopAtFirstStep) im.stop = step;  // no rank had begun: all start here
-      if (step > *im.stop) {
+    if (!im.own_stop) im.own_stop = run_step(im.decided, im.opt.run);
+    if (im.own_stop) {
+      if (*im.own_stop == kStopAtFirstStep) im.own_stop = step;  // no rank had begun: all start here
+      if (step > *im.own_stop) {
         throw std::logic_error("control: stop_step(" + std::to_string(step) + ") after the agreed stop step " +
-                               std::to_string(*im.stop) + ": stop_step() must be called at every step");
+                               std::to_string(*im.own_stop) + ": stop_step() must be called at every step");
       }
-      return im.stop;
+      return im.own_stop;
     }
     if (!im.stop_pending) {
       im.claimed = std::max(im.claimed, step);
@@ -458,13 +544,44 @@ std::optional<int64_t> Agent::stop_step(int64_t step) {
   }
 }
 
+RunSteps Agent::stop_steps(int64_t step) {
+  Impl& im = *impl_;
+  std::unique_lock lock(im.mu);
+  while (true) {
+    if (im.abort_info) throw ControlError(im.abort_info->message);
+    if (!im.stop_pending) {
+      im.claimed = std::max(im.claimed, step);
+      return im.decided;
+    }
+    if (im.coordinator_gone) throw ControlError("control: the coordinator went away during a coordinated stop");
+    im.cv.wait(lock);
+  }
+}
+
+void Agent::set_served_runs(std::vector<ServedRun> runs) {
+  std::lock_guard lock(impl_->mu);
+  impl_->served = std::move(runs);
+}
+
 void Agent::request_stop(const std::string& reason) {
   asio::post(impl_->io, [im = impl_.get(), reason] { im->request_stop_io(reason); });
 }
 
+int64_t Agent::leave_run(const std::string& reason) {
+  Impl& im = *impl_;
+  asio::post(im.io, [&im, reason] { im.request_stop_io(reason, im.opt.run); });
+  std::unique_lock lock(im.mu);
+  while (true) {
+    if (im.abort_info) throw ControlError(im.abort_info->message);
+    if (const auto step = run_step(im.decided, im.opt.run)) return *step;
+    if (im.coordinator_gone) throw ControlError("control: the coordinator went away while run " + im.opt.run + " left the job");
+    im.cv.wait(lock);
+  }
+}
+
 std::optional<int64_t> Agent::decided_stop_step() const {
   std::lock_guard lock(impl_->mu);
-  return impl_->stop;
+  return run_step(impl_->decided, impl_->opt.run);
 }
 
 std::optional<AbortInfo> Agent::aborted() const {
@@ -480,6 +597,7 @@ void Agent::shutdown(int exit_code, const std::string& message) {
     im.heartbeat_timer.cancel();
     im.silence_timer.cancel();
     im.retry_timer.cancel();
+    im.connect_timer.cancel();
     if (im.link == Impl::Link::kReady) {
       im.send_heartbeat();  // the coordinator's last view is the final step, not one a beat old
       im.send(Bye{exit_code, message.substr(0, kMaxStringBytes)});

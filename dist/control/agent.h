@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "dist/control/activity.h"
 #include "dist/control/endpoint.h"
@@ -52,6 +53,13 @@ struct AgentOptions {
   std::shared_ptr<TrainerActivity> activity;
 };
 
+// A run a teacher stage serves, for the stop protocol: its steps [first_step, end_step) in this job.
+struct ServedRun {
+  std::string name;  // the run's name as its students' AgentOptions::run says it ("" for a job of one run)
+  int64_t first_step = 0;
+  int64_t end_step = 0;
+};
+
 // Threading: the Agent runs its own Asio thread. report(), stop_step(), request_stop(),
 // aborted() may be called from any thread.
 class Agent {
@@ -92,10 +100,27 @@ class Agent {
   // finishes step 12 and stops; students run steps 10, 11, 12 and checkpoint at 13.
   std::optional<int64_t> stop_step(int64_t step);
 
+  // Every run's stop is its own (policy.h, decide_run_stops): stop_step() answers for this rank's
+  // run (AgentOptions::run). A teacher stage serves several runs, whose steps it counts on one
+  // global clock: it says which (set_served_runs, before the job can stop) and asks stop_steps(step)
+  // at every global step it begins instead; its reach for a run is then -1 before the run's first
+  // step, step + 1 while serving it, and its end step once past it. stop_steps returns every run's
+  // decided step so far (kStopAtFirstStep: stop serving the run at its first step).
+  // Example: a resumed at 50, b at 100; the teacher began global step 52 and b's students claimed
+  // step 100 (they wait for its targets) -> a stops at 53 (a's students at 52 catch up), b at 101:
+  // the teacher serves a's step 52, then b's step 100 alone, and every run stops within a step.
+  RunSteps stop_steps(int64_t step);
+  void set_served_runs(std::vector<ServedRun> runs);
+
   // What a SIGTERM/SIGUSR1 does, for callers with other triggers (a stop file, tests).
   void request_stop(const std::string& reason);
 
-  // The decided stop step without blocking or claiming a step (kStopAtFirstStep possible).
+  // This rank's run leaves the job alone (the divergence guard ended it): asks for a stop of this
+  // run only and returns its agreed step once decided (>= the step this rank is in + 1; the others
+  // runs go on). The run's students then take whatever the teacher sent them before that step.
+  int64_t leave_run(const std::string& reason);
+
+  // This rank's run's decided stop step without blocking or claiming a step (kStopAtFirstStep possible).
   std::optional<int64_t> decided_stop_step() const;
 
   std::optional<AbortInfo> aborted() const;

@@ -77,6 +77,9 @@ void ControlPlane::report(int64_t step, int64_t stage, int64_t depth, const Metr
 }
 
 std::optional<int64_t> ControlPlane::stop_step(int64_t step) { return agent_->stop_step(step); }
+RunSteps ControlPlane::stop_steps(int64_t step) { return agent_->stop_steps(step); }
+void ControlPlane::set_served_runs(std::vector<ServedRun> runs) { agent_->set_served_runs(std::move(runs)); }
+int64_t ControlPlane::leave_run(const std::string& reason) { return agent_->leave_run(reason); }
 
 void ControlPlane::request_stop(const std::string& reason) { agent_->request_stop(reason); }
 

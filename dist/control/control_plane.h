@@ -36,7 +36,7 @@ struct ControlOptions {
   bool metrics = false;
   std::string metrics_bind = "127.0.0.1";
   uint16_t metrics_port = 0;
-  double shutdown_wait_s = 0;       // hosting rank: wait for the others' Bye; 0 = watchdog_s
+  double shutdown_wait_s = 0;       // hosting rank: wait for the others' Bye; 0 = watchdog_s, infinity = no limit
 };
 
 // Timings and ports from the [control] section: heartbeat_s, watchdog_s, metrics on iff
@@ -78,7 +78,10 @@ class ControlPlane {
   void report(int64_t step, int64_t stage, int64_t depth, const Metrics& metrics = {},
               const std::string& phase = "train");
   std::optional<int64_t> stop_step(int64_t step);  // see Agent::stop_step
+  RunSteps stop_steps(int64_t step);               // see Agent::stop_steps (a teacher stage)
+  void set_served_runs(std::vector<ServedRun> runs);
   void request_stop(const std::string& reason);
+  int64_t leave_run(const std::string& reason);     // see Agent::leave_run
   std::optional<AbortInfo> aborted() const;
 
   // Bye with the exit code; on the hosting rank, then waits (up to shutdown_wait_s) for every rank

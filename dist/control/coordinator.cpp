@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <deque>
 #include <iostream>
 #include <mutex>
 #include <set>
@@ -71,7 +73,7 @@ struct Coordinator::Impl : std::enable_shared_from_this<Coordinator::Impl> {
     Clock::time_point last_progress;
     std::weak_ptr<AgentSession> session;
     bool acked = false;            // answered the current StopQuery
-    int64_t reach = -1;
+    RunSteps reaches;              // its answer: a reach per run it takes part in
   };
   enum class StopState { kNone, kQuerying, kDecided };
 
@@ -91,15 +93,18 @@ struct Coordinator::Impl : std::enable_shared_from_this<Coordinator::Impl> {
   // Touched only on the io thread.
   std::set<std::shared_ptr<AgentSession>> sessions;
   size_t pending = 0;   // unauthenticated sessions
-  std::string stop_reason;
+  std::string stop_reason;       // of the round under way (or the last one)
+  std::string stop_scope;        // kEveryRun or one run's name
   StopState stop_state = StopState::kNone;
+  std::deque<std::pair<std::string, std::string>> queued_stops;  // (scope, reason) asked during a round
+  bool every_run_decided = false;  // a kEveryRun round has ended: nothing is left to stop
   bool stopping = false;
 
   // Shared with callers' threads.
   mutable std::mutex mu;
   mutable std::condition_variable cv;
   std::vector<Slot> slots;
-  std::optional<int64_t> decided_stop;
+  RunSteps decided;              // every run's agreed stop step, once decided (in decision order)
   std::optional<AbortInfo> abort_info;
   CoordinatorStats counters;
   std::atomic<size_t> live_sessions{0};
@@ -144,7 +149,7 @@ struct Coordinator::Impl : std::enable_shared_from_this<Coordinator::Impl> {
   void arm_ping();
   void check_watchdog();
   void do_abort(const AbortInfo& info);
-  void begin_stop(const std::string& reason);
+  void begin_stop(const std::string& reason, const std::string& scope);
   void maybe_decide_stop();
   void broadcast(const Message& m);
   std::vector<RankView> snapshot_locked(Clock::time_point now) const;
@@ -231,7 +236,10 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
     }
     const std::string who = authed_ ? "rank " + std::to_string(rank_) : conn_->remote();
     owner_.log_limited("protocol error from " + who + ": " + what);
-    close(what);
+    conn_->close();
+    // An authenticated rank's stream that breaks the protocol (a frame whose MAC fails: injected or
+    // altered on the way) is lost as that rank: the job aborts naming it and why, instead of acting on it.
+    finish(what, authed_ ? "protocol error on its control connection (" + what + ")" : "");
   }
 
   void dispatch(Message m) {
@@ -260,7 +268,7 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
     if (auto* ack = std::get_if<StopAck>(&m)) {
       if (owner_.stop_state == Coordinator::Impl::StopState::kQuerying && !slot.acked) {
         slot.acked = true;
-        slot.reach = ack->reach;
+        slot.reaches = std::move(ack->reaches);
         lock.unlock();
         owner_.maybe_decide_stop();
       }
@@ -268,7 +276,7 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
     }
     if (auto* req = std::get_if<StopRequest>(&m)) {
       lock.unlock();
-      owner_.begin_stop(req->reason);
+      owner_.begin_stop(req->reason, req->scope);
       return;
     }
     if (auto* bye = std::get_if<Bye>(&m)) {
@@ -326,7 +334,7 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
     slot.last_progress = now;
     slot.session = weak_from_this();
     ++owner_.counters.authenticated;
-    const auto stop = owner_.decided_stop;
+    const RunSteps decided = owner_.decided;
     const auto aborted = owner_.abort_info;
     lock.unlock();
     authed_ = true;
@@ -335,10 +343,15 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
     auth_timer_.cancel();
     --owner_.pending;
     send(AuthOk{coordinator_mac(owner_.opt.secret, server_nonce_, auth.nonce, auth.rank)});
+    const FrameKeys keys = frame_keys(owner_.opt.secret, server_nonce_, auth.nonce, auth.rank);
+    conn_->authenticate_frames(keys.coordinator_to_agent, keys.agent_to_coordinator);
     // A rank that joins late still learns what the others already know.
-    if (aborted) send(abort_frame(*aborted));
-    else if (stop) send(Stop{*stop, owner_.stop_reason});
-    else if (owner_.stop_state == Coordinator::Impl::StopState::kQuerying) {
+    if (aborted) {
+      send(abort_frame(*aborted));
+      return;
+    }
+    if (!decided.empty()) send(Stop{decided, owner_.stop_reason});
+    if (owner_.stop_state == Coordinator::Impl::StopState::kQuerying) {
       {
         std::lock_guard relock(owner_.mu);
         slot.acked = false;
@@ -360,7 +373,10 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
 
 std::string Coordinator::Impl::public_render() const {
   std::lock_guard lock(mu);
-  return render_prometheus(snapshot_locked(Clock::now()), decided_stop, abort_info.has_value());
+  std::optional<int64_t> stop;  // the latest step any run stops at (one run: its stop step)
+  for (const auto& [run, step] : decided) stop = std::max(stop.value_or(kStopAtFirstStep), step);
+  return render_prometheus(snapshot_locked(Clock::now()), stop, abort_info.has_value()) +
+         render_coordinator_counters(counters);
 }
 
 void Coordinator::Impl::start() {
@@ -448,6 +464,7 @@ std::vector<RankView> Coordinator::Impl::snapshot_locked(Clock::time_point now) 
   views.reserve(slots.size());
   for (const Slot& s : slots) {
     RankView v = s.view;
+    v.run_stopped = run_step(decided, v.run).has_value();
     if (v.state != RankState::kNeverConnected) {
       v.heartbeat_age_s = seconds_between(s.last_frame, now);
       v.stall_s = seconds_between(s.last_progress, now);
@@ -487,23 +504,36 @@ void Coordinator::Impl::broadcast(const Message& m) {
   }
 }
 
-void Coordinator::Impl::begin_stop(const std::string& reason) {
+void Coordinator::Impl::begin_stop(const std::string& reason, const std::string& scope) {
   {
     std::lock_guard lock(mu);
     if (abort_info) return;
+    // A run that is decided stays decided: a second guard request from its other students, or a
+    // signal after every run's stop, changes nothing.
+    if (every_run_decided || (scope != kEveryRun && run_step(decided, scope))) return;
   }
+  const std::string what = scope == kEveryRun ? "every run" : "run " + scope;
   if (stop_state != StopState::kNone) {
-    log("stop request (" + reason + ") joins the stop already under way");
+    if (scope == stop_scope) {
+      log("stop request (" + reason + ") joins the stop already under way");
+      return;
+    }
+    // One round at a time: each freezes every rank's step claims once; the next starts when it ends.
+    if (std::none_of(queued_stops.begin(), queued_stops.end(), [&](const auto& q) { return q.first == scope; })) {
+      log("stop request for " + what + " (" + reason + ") waits for the stop under way");
+      queued_stops.emplace_back(scope, reason);
+    }
     return;
   }
   stop_reason = reason;
+  stop_scope = scope;
   stop_state = StopState::kQuerying;
-  log("coordinated stop requested (" + reason + "); asking every rank how far it can get");
+  log("coordinated stop of " + what + " requested (" + reason + "); asking every rank how far it can get");
   {
     std::lock_guard lock(mu);
     for (Slot& s : slots) {
       s.acked = false;
-      s.reach = -1;
+      s.reaches.clear();
     }
   }
   broadcast(StopQuery{});
@@ -529,24 +559,32 @@ void Coordinator::Impl::begin_stop(const std::string& reason) {
 
 void Coordinator::Impl::maybe_decide_stop() {
   if (stop_state != StopState::kQuerying) return;
-  int64_t step = 0;
+  RunSteps now;
   {
     std::lock_guard lock(mu);
-    std::vector<int64_t> reaches;
+    std::vector<RunSteps> acks;
     for (const Slot& s : slots) {
       if (s.view.state == RankState::kConnected && !s.acked) return;  // still waiting
-      if (s.acked) reaches.push_back(s.reach);
+      if (s.acked) acks.push_back(s.reaches);
     }
-    step = decide_stop_step(reaches);
-    decided_stop = step;
+    now = decide_run_stops(acks, stop_scope, decided);
+    decided.insert(decided.end(), now.begin(), now.end());
+    if (stop_scope == kEveryRun) every_run_decided = true;
   }
-  stop_state = StopState::kDecided;
+  stop_state = StopState::kNone;
   stop_timer.cancel();
   cv.notify_all();
-  log("coordinated stop agreed: every rank stops once " +
-      (step == kStopAtFirstStep ? std::string("it reaches its first step") : std::to_string(step) + " steps are complete") +
-      " (" + stop_reason + ")");
-  broadcast(Stop{step, stop_reason});
+  for (const auto& [run, step] : now)
+    log("coordinated stop agreed: " + (run.empty() ? std::string("every rank") : "run " + run) + " stops once " +
+        (step == kStopAtFirstStep ? std::string("it reaches its first step") : std::to_string(step) + " steps are complete") +
+        " (" + stop_reason + ")");
+  // Sent even when it decides nothing new: it ends the round, and every rank's claims thaw.
+  broadcast(Stop{now, stop_reason});
+  if (!queued_stops.empty()) {
+    const auto [scope, reason] = queued_stops.front();
+    queued_stops.pop_front();
+    begin_stop(reason, scope);
+  }
 }
 
 void Coordinator::Impl::on_session_closed(AgentSession& s, bool authed, int rank, bool said_bye,
@@ -586,7 +624,12 @@ std::vector<RankView> Coordinator::ranks() const {
 
 std::optional<int64_t> Coordinator::stop_step() const {
   std::lock_guard lock(impl_->mu);
-  return impl_->decided_stop;
+  return run_step(impl_->decided, "");
+}
+
+RunSteps Coordinator::stop_steps() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->decided;
 }
 
 std::optional<AbortInfo> Coordinator::aborted() const {
@@ -607,7 +650,9 @@ bool Coordinator::wait_all_done(double timeout_s) const {
     return std::all_of(impl_->slots.begin(), impl_->slots.end(),
                        [](const Impl::Slot& s) { return s.view.state == RankState::kDone; });
   };
-  impl_->cv.wait_for(lock, from_seconds(timeout_s), [&] { return all_done() || impl_->abort_info; });
+  const auto settled = [&] { return all_done() || impl_->abort_info.has_value(); };
+  if (std::isfinite(timeout_s)) impl_->cv.wait_for(lock, from_seconds(timeout_s), settled);
+  else impl_->cv.wait(lock, settled);  // the watchdog aborts the job if a rank never comes
   return all_done();
 }
 

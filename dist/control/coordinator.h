@@ -39,7 +39,7 @@ struct CoordinatorOptions {
   std::function<void(const std::string&)> log;  // one line per event; default: stderr
 };
 
-// Counters, for tests and the coordinator's own /metrics lines.
+// Counters, for tests and the coordinator's own /metrics lines (render_coordinator_counters).
 struct CoordinatorStats {
   uint64_t accepted = 0;         // TCP connections accepted
   uint64_t authenticated = 0;
@@ -65,14 +65,18 @@ class Coordinator {
 
   // Snapshot of what is known about every rank (index = rank).
   std::vector<RankView> ranks() const;
-  std::optional<int64_t> stop_step() const;  // once decided
+  // The agreed stop step of the job's one run (run name ""), once decided.
+  std::optional<int64_t> stop_step() const;
+  // Every run's agreed stop step, once decided (a job sharing a teacher stops its runs one by one).
+  RunSteps stop_steps() const;
   std::optional<AbortInfo> aborted() const;
   CoordinatorStats stats() const;
 
   // The /metrics body (Prometheus text exposition format 0.0.4).
   std::string render_metrics() const;
 
-  // Blocks until every rank said Bye, or the job aborted, or timeout_s passed. True if all said Bye.
+  // Blocks until every rank said Bye, or the job aborted, or timeout_s passed (infinity: no limit;
+  // the watchdog still aborts the job if a rank hangs). True if all said Bye.
   bool wait_all_done(double timeout_s) const;
 
   // Sends Shutdown to every agent (so losing the coordinator is no failure for them), closes all
@@ -90,5 +94,11 @@ class Coordinator {
 // clash with a built-in family get a "metric_" prefix.
 std::string render_prometheus(const std::vector<RankView>& ranks, std::optional<int64_t> stop_step,
                               bool aborted);
+
+// The coordinator's own counters (CoordinatorStats) as Prometheus counters, appended to /metrics:
+// deepen_control_connections_total{outcome=...} and deepen_control_http_requests_total. What an
+// operator watches when the coordinator listens on a cluster network: rejected_auth and
+// protocol_errors count strangers and forgeries, refused_busy a flood, timed_out half-open peers.
+std::string render_coordinator_counters(const CoordinatorStats& stats);
 
 }  // namespace deepen::control

@@ -13,10 +13,10 @@ using tcp = asio::ip::tcp;
 using boost::system::error_code;
 
 void check_send_queue_bound(size_t max_send_queue_bytes) {
-  if (max_send_queue_bytes < kMaxFrameBytes + 4) {
+  if (max_send_queue_bytes < kMaxFrameBytes + 4 + kFrameMacBytes) {
     throw std::invalid_argument("control: a send queue of " + std::to_string(max_send_queue_bytes) +
-                                " bytes cannot hold one largest frame (" + std::to_string(kMaxFrameBytes + 4) +
-                                " bytes)");
+                                " bytes cannot hold one largest frame (" +
+                                std::to_string(kMaxFrameBytes + 4 + kFrameMacBytes) + " bytes)");
   }
 }
 
@@ -39,9 +39,31 @@ void FramedConnection::start(OnMessage on_message, OnClose on_close) {
 
 void FramedConnection::allow_full_frames() { max_frame_ = kMaxFrameBytes; }
 
+namespace {
+
+std::array<uint8_t, 8> sequence_bytes(uint64_t n) {
+  std::array<uint8_t, 8> b{};
+  for (int i = 7; i >= 0; --i, n >>= 8) b[size_t(i)] = uint8_t(n);
+  return b;
+}
+
+}  // namespace
+
+void FramedConnection::authenticate_frames(const Mac& send_key, const Mac& receive_key) {
+  send_mac_.emplace(send_key);
+  receive_mac_.emplace(receive_key);
+}
+
 void FramedConnection::send(const Message& message) {
   if (closed_) return;
   std::vector<uint8_t> frame = encode_frame(message);
+  if (send_mac_) {
+    const auto seq = sequence_bytes(sent_++);
+    const Digest mac = (*send_mac_)({seq, std::span<const uint8_t>(frame).subspan(4)});
+    frame.insert(frame.end(), mac.begin(), mac.end());
+    const uint32_t n = uint32_t(frame.size() - 4);
+    frame[0] = uint8_t(n >> 24); frame[1] = uint8_t(n >> 16); frame[2] = uint8_t(n >> 8); frame[3] = uint8_t(n);
+  }
   if (queued_bytes_ + frame.size() > max_send_queue_bytes_) {
     finish(CloseCause::kSendQueueFull,
            "the peer stopped reading: " + std::to_string(queued_bytes_) + " bytes unsent, and a " +
@@ -113,7 +135,9 @@ void FramedConnection::read_prefix() {
     }
     uint32_t n = 0;
     try {
-      n = read_frame_length(self->prefix_, self->max_frame_);
+      n = read_frame_length(self->prefix_, self->max_frame_ + (self->receive_mac_ ? kFrameMacBytes : 0));
+      if (self->receive_mac_ && n <= kFrameMacBytes)
+        throw ProtocolError("a frame of " + std::to_string(n) + " bytes cannot hold a body and its MAC");
     } catch (const ProtocolError& e) {
       self->finish(CloseCause::kProtocolError, e.what());
       return;
@@ -132,7 +156,16 @@ void FramedConnection::read_body(uint32_t n) {
     }
     Message m;
     try {
-      m = decode(self->body_);
+      std::span<const uint8_t> body(self->body_);
+      if (self->receive_mac_) {
+        const std::span<const uint8_t> mac = body.subspan(body.size() - kFrameMacBytes);
+        body = body.first(body.size() - kFrameMacBytes);
+        const uint64_t seq = self->received_++;
+        if (!digest_equal((*self->receive_mac_)({sequence_bytes(seq), body}), mac))
+          throw ProtocolError("authenticated frame " + std::to_string(seq) +
+                              " has a wrong MAC (injected, altered, replayed or out of order)");
+      }
+      m = decode(body);
     } catch (const ProtocolError& e) {
       self->finish(CloseCause::kProtocolError, e.what());
       return;

@@ -7,11 +7,13 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
 
+#include "dist/control/hmac.h"
 #include "dist/control/wire.h"
 
 namespace deepen::control {
@@ -35,8 +37,15 @@ enum class CloseCause {
 // peer's watchdog measures, so a peer that reads none of them cannot take part in the job any more.
 // Each owner treats that close as losing the peer: the coordinator counts the rank as lost and the
 // watchdog aborts the job naming it; an agent aborts naming the coordinator. The bound must hold
-// one largest frame (kMaxFrameBytes + 4), so a peer that reads is never dropped for one big frame;
-// the default is kDefaultMaxSendQueueBytes (wire.h).
+// one largest frame (kMaxFrameBytes + 4 + kFrameMacBytes), so a peer that reads is never dropped for
+// one big frame; the default is kDefaultMaxSendQueueBytes (wire.h).
+//
+// Frame MACs. Once both ends have authenticated (the handshake: policy.h), every frame carries
+//   HMAC-SHA256(key of its direction, sequence number (u64, big-endian) | body)
+// after its body, the length prefix counting both; the sequence number is not sent: each end counts
+// the frames of each direction from 0. A frame that was injected into the stream, altered, replayed,
+// dropped or reordered fails the check, and the connection closes with kProtocolError naming the
+// frame's number: on a network, nobody but the two ends can stop, abort or feed a job its state.
 
 // Throws std::invalid_argument if a send queue of this many bytes cannot hold one largest frame.
 // Owners call it where their options are taken, before any io thread could meet the error.
@@ -64,6 +73,11 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   // cannot make us allocate more than that.
   void start(OnMessage on_message, OnClose on_close);
   void allow_full_frames();
+
+  // From the next frame on, in each direction: frames sent carry a MAC under `send_key`, frames read
+  // must carry a valid one under `receive_key` (see above). Call it where the handshake ends on this
+  // end: after queuing the last unauthenticated frame, and before the first authenticated one is read.
+  void authenticate_frames(const Mac& send_key, const Mac& receive_key);
 
   // Queues one frame (see the bound above). Ignored once closed. Throws ProtocolError if the
   // message breaks a wire bound (the caller's bug, as in encode()).
@@ -93,6 +107,8 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   OnMessage on_message_;
   OnClose on_close_;
   uint32_t max_frame_ = kMaxHandshakeBytes;
+  std::optional<HmacKey> send_mac_, receive_mac_;
+  uint64_t sent_ = 0, received_ = 0;  // authenticated frames so far, each way: the next sequence numbers
   std::array<uint8_t, 4> prefix_{};
   std::vector<uint8_t> body_;
   std::deque<std::vector<uint8_t>> queue_;  // front() is being written while writing_

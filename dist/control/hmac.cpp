@@ -50,6 +50,36 @@ Digest hmac_sha256(std::span<const uint8_t> key, std::initializer_list<std::span
   return out;
 }
 
+void HmacKey::CtxFree::operator()(evp_mac_ctx_st* c) const { EVP_MAC_CTX_free(c); }
+
+HmacKey::HmacKey(std::span<const uint8_t> key) {
+  if (key.empty()) throw std::invalid_argument("HMAC-SHA256: empty key");
+  const std::unique_ptr<EVP_MAC, MacFree> mac(EVP_MAC_fetch(nullptr, "HMAC", nullptr));
+  if (!mac) fail("EVP_MAC_fetch(HMAC)");
+  ctx_.reset(EVP_MAC_CTX_new(mac.get()));
+  if (!ctx_) fail("EVP_MAC_CTX_new");
+  char digest[] = "SHA256";
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               OSSL_PARAM_construct_end()};
+  if (EVP_MAC_init(ctx_.get(), key.data(), key.size(), params) != 1) fail("EVP_MAC_init");
+}
+
+HmacKey::~HmacKey() = default;
+HmacKey::HmacKey(HmacKey&&) noexcept = default;
+HmacKey& HmacKey::operator=(HmacKey&&) noexcept = default;
+
+Digest HmacKey::operator()(std::initializer_list<std::span<const uint8_t>> parts) const {
+  const std::unique_ptr<EVP_MAC_CTX, MacFree> ctx(EVP_MAC_CTX_dup(ctx_.get()));
+  if (!ctx) fail("EVP_MAC_CTX_dup");
+  for (const auto& part : parts) {
+    if (EVP_MAC_update(ctx.get(), part.data(), part.size()) != 1) fail("EVP_MAC_update");
+  }
+  Digest out{};
+  size_t written = 0;
+  if (EVP_MAC_final(ctx.get(), out.data(), &written, out.size()) != 1 || written != out.size()) fail("EVP_MAC_final");
+  return out;
+}
+
 bool digest_equal(std::span<const uint8_t> a, std::span<const uint8_t> b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }

@@ -45,7 +45,7 @@ const std::set<std::string, std::less<>>& builtin_families() {
   static const std::set<std::string, std::less<>> kBuiltin = {
       "deepen_world_size", "deepen_ranks_connected", "deepen_aborted", "deepen_stop_step",
       "deepen_rank_up", "deepen_step", "deepen_stage", "deepen_active_depth",
-      "deepen_heartbeat_age_seconds"};
+      "deepen_heartbeat_age_seconds", "deepen_control_connections_total", "deepen_control_http_requests_total"};
   return kBuiltin;
 }
 
@@ -93,6 +93,31 @@ std::vector<ClientMetric::Label> rank_labels(const RankView& r) {
 }
 
 }  // namespace
+
+std::string render_coordinator_counters(const CoordinatorStats& s) {
+  std::vector<MetricFamily> out(2);
+  out[0].name = "deepen_control_connections_total";
+  out[0].help = "Control-plane connections by outcome: accepted (TCP), authenticated, rejected_auth (wrong "
+                "secret, world or rank), protocol_errors (bad frame, wrong frame MAC), timed_out (no handshake in "
+                "time), refused_busy (over control max_pending unauthenticated connections).";
+  out[0].type = prometheus::MetricType::Counter;
+  const std::pair<const char*, uint64_t> outcomes[] = {
+      {"accepted", s.accepted},         {"authenticated", s.authenticated}, {"rejected_auth", s.rejected_auth},
+      {"protocol_errors", s.protocol_errors}, {"timed_out", s.timed_out},     {"refused_busy", s.refused_busy}};
+  for (const auto& [outcome, value] : outcomes) {
+    ClientMetric m;
+    m.label = {{"outcome", outcome}};
+    m.counter.value = double(value);
+    out[0].metric.push_back(m);
+  }
+  out[1].name = "deepen_control_http_requests_total";
+  out[1].help = "Requests to /metrics answered, whatever their status.";
+  out[1].type = prometheus::MetricType::Counter;
+  ClientMetric m;
+  m.counter.value = double(s.http_requests);
+  out[1].metric.push_back(m);
+  return prometheus::TextSerializer().Serialize(out);
+}
 
 std::string render_prometheus(const std::vector<RankView>& ranks, std::optional<int64_t> stop_step,
                               bool aborted) {

@@ -24,6 +24,14 @@ class Writer {
       (*this)(value);
     }
   }
+  void operator()(const RunSteps& v) {
+    if (v.size() > kMaxRuns) throw ProtocolError("run list has more than 256 entries");
+    put_be(v.size(), 2);
+    for (const auto& [run, step] : v) {
+      put_string(run, kMaxRunName);
+      (*this)(step);
+    }
+  }
 
  private:
   void put_be(uint64_t v, int bytes) {
@@ -63,6 +71,18 @@ class Reader {
       double value;
       (*this)(value);
       v.emplace_back(std::move(name), value);
+    }
+  }
+  void operator()(RunSteps& v) {
+    const size_t n = get_be(2);
+    if (n > kMaxRuns) throw ProtocolError("run list announces " + std::to_string(n) + " entries");
+    v.clear();
+    v.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      std::string run = get_string(kMaxRunName);
+      int64_t step;
+      (*this)(step);
+      v.emplace_back(std::move(run), step);
     }
   }
   void expect_end() const {

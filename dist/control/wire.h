@@ -17,13 +17,18 @@ namespace deepen::control {
 // big-endian, strings are a u16 length and bytes, nonces and MACs are 32 raw bytes, the metric map is
 // a u16 count of (string, double). The parser rejects anything else (unknown type, short or
 // trailing bytes, over-long strings): a peer that sends it gets its connection closed.
-inline constexpr uint16_t kProtocolVersion = 4;  // 2: Auth carries the run; 3: Abort carries the exit code;
-                                                 // 4: Heartbeat.activity, waiting_in
+inline constexpr uint16_t kProtocolVersion = 6;  // 2: Auth carries the run; 3: Abort carries the exit code;
+                                                 // 4: Heartbeat.activity, waiting_in; 5: a MAC on every
+                                                 // frame after the handshake (framed_connection.h);
+                                                 // 6: stops per run
+inline constexpr uint32_t kFrameMacBytes = 32;   // HMAC-SHA256 after the body of each such frame
 inline constexpr uint32_t kMaxFrameBytes = 64 * 1024;  // body bytes after the authenticated handshake
 inline constexpr uint32_t kMaxHandshakeBytes = 1024;   // body bytes before it: Auth is small
 inline constexpr size_t kMaxStringBytes = 4096;        // host names, phases, reasons, messages
 inline constexpr size_t kMaxMetrics = 256;             // entries in one heartbeat's metric map
 inline constexpr size_t kMaxMetricName = 128;
+inline constexpr size_t kMaxRuns = 256;                // entries in one per-run list (runs of one job)
+inline constexpr size_t kMaxRunName = 255;             // a run's name in such a list
 // Unsent bytes one connection may hold, per end, before its peer counts as no longer reading (the
 // policy: framed_connection.h). 16 largest frames; ordinary traffic is a few hundred bytes a beat.
 inline constexpr size_t kDefaultMaxSendQueueBytes = 1 << 20;
@@ -31,6 +36,11 @@ inline constexpr size_t kDefaultMaxSendQueueBytes = 1 << 20;
 using Nonce = std::array<uint8_t, 32>;
 using Mac = std::array<uint8_t, 32>;
 using MetricList = std::vector<std::pair<std::string, double>>;
+// A step per run of the job, by run name ("" for the one run of a job that trains one): the reach
+// each rank announces for the runs it takes part in, and the stop steps the coordinator decides.
+using RunSteps = std::vector<std::pair<std::string, int64_t>>;
+// StopRequest::scope that stops every run of the job (a run's name cannot be "*": folder names only).
+inline constexpr const char* kEveryRun = "*";
 
 // Thrown by decode() and read_frame_length() on malformed input. Never crosses a connection: the
 // session that hit it is closed.
@@ -83,10 +93,12 @@ struct Heartbeat {
 };
 inline constexpr int32_t kActivityUnknown = 0, kActivityComputing = 1, kActivityWaiting = 2, kActivityBlocked = 3;
 
-// agent -> coordinator: a signal (or the trainer) asks for a coordinated stop.
+// agent -> coordinator: a signal asks for a coordinated stop of every run (scope kEveryRun), or a
+// run's students ask to stop that run alone (scope = its name: the divergence guard ended it).
 struct StopRequest {
   std::string reason;
-  template <class F> void fields(F& f) { f(reason); }
+  std::string scope = kEveryRun;
+  template <class F> void fields(F& f) { f(reason); f(scope); }
 };
 
 // coordinator -> agent: freeze your step claims and tell me how far you can get (see agent.h).
@@ -94,17 +106,19 @@ struct StopQuery {
   template <class F> void fields(F&) {}
 };
 
-// agent -> coordinator: the steps this rank will have completed before it next asks stop_step().
+// agent -> coordinator: for each run this rank takes part in, the steps it will have completed
+// before it next asks stop_step() (-1 = it has not begun a step of that run yet).
 struct StopAck {
-  int64_t reach = -1;  // -1 = this rank has not begun any step yet
-  template <class F> void fields(F& f) { f(reach); }
+  RunSteps reaches;
+  template <class F> void fields(F& f) { f(reaches); }
 };
 
-// coordinator -> agent: everyone stops once `step` steps are complete.
+// coordinator -> agent: each listed run stops once its step count is complete (kStopAtFirstStep:
+// no rank had begun a step of it; stop at your first check). Runs not listed go on.
 struct Stop {
-  int64_t step = 0;  // kStopAtFirstStep: no rank had begun a step; stop at your first check
+  RunSteps steps;
   std::string reason;
-  template <class F> void fields(F& f) { f(step); f(reason); }
+  template <class F> void fields(F& f) { f(steps); f(reason); }
 };
 
 // coordinator -> agent: the job is lost; abort the communicators and exit non-zero.

@@ -122,7 +122,7 @@ TEST(ControlChild, DISABLED_Main) {
   } catch (const ControlError& e) {
     std::fprintf(stderr, "CHILD ABORTED %s\n", e.what());
     std::fflush(stderr);
-    std::_Exit(1);
+    std::_Exit(agent.aborted() ? agent.aborted()->exit_code : 1);  // the abort's code, as a rank's
   }
   std::_Exit(0);
 }

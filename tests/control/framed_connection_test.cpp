@@ -27,7 +27,7 @@ using namespace test_support;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
-constexpr size_t kSmallestBound = kMaxFrameBytes + 4;  // one largest frame
+constexpr size_t kSmallestBound = kMaxFrameBytes + 4 + kFrameMacBytes;  // one largest frame
 
 // A FramedConnection on one end of a loopback TCP pair, driven on the test's thread (pump() runs its
 // io_context); the far end is a plain socket the test reads, writes or ignores.
@@ -211,12 +211,12 @@ TEST(FramedConnection, EachWayOfClosingIsReportedOnceWithItsCauseAndTheOwnersClo
   }
   {  // the peer closes after a whole frame: that frame is delivered, then the end of stream
     Pair p;
-    raw_send(p.far, encode_frame(StopAck{7}));
+    raw_send(p.far, encode_frame(StopAck{{{"", 7}}}));
     ::shutdown(p.far, SHUT_WR);
     ASSERT_TRUE(p.pump_until([&] { return p.cause.has_value(); }));
     EXPECT_EQ(*p.cause, CloseCause::kPeerClosed);
     ASSERT_EQ(p.received.size(), 1u);
-    EXPECT_EQ(std::get<StopAck>(p.received[0]).reach, 7);
+    EXPECT_EQ(std::get<StopAck>(p.received[0]).reaches, (RunSteps{{"", 7}}));
   }
   {  // the owner closes: the peer sees it, the owner is not told what it already knows
     Pair p;

@@ -149,7 +149,8 @@ TEST(ControlMetricsHttp, PrometheusClientParserReadsEveryRanksSeries) {
   std::map<std::string, std::map<std::string, double>> value;           // family -> rank -> value
   for (const auto& f : read["families"]) {
     const std::string name = f["name"];
-    EXPECT_EQ(f["type"], "gauge") << name;
+    // The coordinator's own counters (prometheus_client names a counter family without "_total").
+    EXPECT_EQ(f["type"], name.rfind("deepen_control_", 0) == 0 ? "counter" : "gauge") << name;
     EXPECT_FALSE(f["help"].get<std::string>().empty()) << name;
     for (const auto& s : f["samples"]) {
       const std::string rank = s["labels"].value("rank", "");
@@ -158,6 +159,7 @@ TEST(ControlMetricsHttp, PrometheusClientParserReadsEveryRanksSeries) {
     }
   }
   EXPECT_EQ(value["deepen_world_size"][""], 2);
+  EXPECT_TRUE(series.count("deepen_control_connections")) << "the coordinator's counters were not parsed";
   EXPECT_EQ(value["deepen_ranks_connected"][""], 2);
   EXPECT_EQ(value["deepen_step"]["0"], 7);
   EXPECT_EQ(value["deepen_step"]["1"], 5);

@@ -112,10 +112,10 @@ std::vector<Message> sample_messages() {
           Auth{7, 16, 4242, "node07", "student 3", "post-grow", n, n},
           AuthOk{n},
           hb,
-          StopRequest{"SIGUSR1 on rank 3"},
+          StopRequest{"SIGUSR1 on rank 3", "post-grow"},
           StopQuery{},
-          StopAck{-1},
-          Stop{99, "SIGTERM"},
+          StopAck{{{"post-grow", -1}, {"pre-grow", 53}}},
+          Stop{{{"", 99}}, "SIGTERM"},
           Abort{2, "node02", 17, "rank 2 on node02, last step 17: lost"},
           Bye{3, "requeue"},
           Ping{0, "node01", 55},
@@ -352,6 +352,16 @@ TEST(ControlWatchdog, VerdictFollowsTheDocumentedOrderAndNamesRankHostStep) {
   ASSERT_TRUE(v.has_value());
   EXPECT_EQ(v->rank, 3);
   EXPECT_NE(v->message.find("no heartbeat for 15.0 s"), std::string::npos) << v->message;
+  EXPECT_EQ(v->exit_code, kExitUnreachable);
+  EXPECT_EQ(v->message.find("too:"), std::string::npos) << "rank 1 is on another host: " << v->message;
+  // A lost node: every rank of its host silent for over half the limit is named with its role.
+  ranks[1].host = "n3";
+  ranks[1].heartbeat_age_s = 9.9;  // went silent with rank 3, a beat later
+  v = watchdog_verdict(ranks, 100, limits);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->rank, 3);
+  EXPECT_NE(v->message.find("; silent on n3 too: rank 1 (student 1)"), std::string::npos) << v->message;
+  ranks[1].host = "n1";
 
   // A failed Bye beats silence; a lost connection beats everything.
   ranks[0].state = RankState::kDone;
@@ -395,6 +405,66 @@ TEST(ControlStopDecision, IsTheLargestReachOrTheFirstStep) {
   EXPECT_EQ(decide_stop_step(std::vector<int64_t>{-1, 5}), 5);
   EXPECT_EQ(decide_stop_step(std::vector<int64_t>{-1, -1}), kStopAtFirstStep);
   EXPECT_EQ(decide_stop_step(std::vector<int64_t>{}), kStopAtFirstStep);
+}
+
+// The example of policy.h: a resumed at 50, b at 100; a teacher that began global step 52.
+TEST(ControlStopDecision, EachRunStopsAtItsOwnRanksReach) {
+  const std::vector<RunSteps> acks = {{{"a", 53}, {"b", -1}},  // the teacher stage serves both
+                                      {{"a", 52}},             // a's students
+                                      {{"b", 101}}};           // b's students wait in step 100
+  EXPECT_EQ(decide_run_stops(acks, kEveryRun, {}), (RunSteps{{"a", 53}, {"b", 101}}))
+      << "a does not train on to b's step, nor b stop before the step its students began";
+  EXPECT_EQ(decide_run_stops(acks, "a", {}), (RunSteps{{"a", 53}})) << "a leaving alone leaves b running";
+  EXPECT_EQ(decide_run_stops(acks, kEveryRun, {{"a", 40}}), (RunSteps{{"b", 101}})) << "a decided stays decided";
+  // A run nobody has begun stops at its first step; one the teacher served to its end keeps its end.
+  EXPECT_EQ(decide_run_stops(std::vector<RunSteps>{{{"c", -1}}, {{"c", -1}}}, kEveryRun, {}),
+            (RunSteps{{"c", kStopAtFirstStep}}));
+}
+
+TEST(ControlStopDecision, OneRunJobsAreTheOldRule) {
+  const std::vector<RunSteps> acks = {{{"", 12}}, {{"", 9}}, {{"", 9}}, {{"", 10}}};
+  EXPECT_EQ(decide_run_stops(acks, kEveryRun, {}), (RunSteps{{"", 12}}));
+  EXPECT_EQ(run_step(RunSteps{{"", 12}}, ""), 12);
+  EXPECT_EQ(run_step(RunSteps{{"a", 12}}, "b"), std::nullopt);
+}
+
+RankView left(int rank, const std::string& role, const std::string& run, int code) {
+  RankView v;
+  v.rank = rank;
+  v.role = role;
+  v.run = run;
+  v.state = RankState::kDone;
+  v.exit_code = code;
+  return v;
+}
+
+// The examples of policy.h's job_exit_code: a group's code follows its runs.
+TEST(ControlJobExitCode, FollowsTheRunsOfAGroup) {
+  auto job = [](int teacher, int a, int b) {
+    return job_exit_code(std::vector<RankView>{left(0, "teacher p0 s0", "", teacher), left(1, "student 0", "a", a),
+                                               left(2, "student 0", "b", b)});
+  };
+  EXPECT_EQ(job(3, 0, 3), 3) << "a finished earlier, b stopped with a checkpoint: requeue";
+  EXPECT_EQ(job(0, 4, 0), 4) << "a diverged, b finished: no requeue, and the divergence is said";
+  EXPECT_EQ(job(3, 4, 3), 3) << "b still needs the requeue";
+  EXPECT_EQ(job(3, 1, 3), 1) << "a failure wins";
+  EXPECT_EQ(job(0, 5, 0), 5) << "a rolled back: rerun";
+  EXPECT_EQ(job(3, 0, 0), 0) << "the teacher's own 3 follows the runs";
+  EXPECT_EQ(job(2, 0, 0), 2) << "a teacher's failure is the job's";
+  std::vector<RankView> running = {left(0, "teacher p0 s0", "", 0), left(1, "student 0", "", 0)};
+  running[1].state = RankState::kConnected;
+  EXPECT_EQ(job_exit_code(running), std::nullopt) << "a rank still there: no code yet";
+}
+
+TEST(ControlWatchdog, ARunThatLeftByAgreementEndsNothingElse) {
+  const WatchdogLimits limits{10, 30};
+  RankView diverged = left(1, "student 0", "a", 4);
+  std::vector<RankView> ranks = {view(0, RankState::kConnected, 5, 1, 1), diverged};
+  ASSERT_TRUE(watchdog_verdict(ranks, 5, limits).has_value()) << "a 4 without an agreed stop of its run is a failure";
+  ranks[1].run_stopped = true;
+  EXPECT_FALSE(watchdog_verdict(ranks, 5, limits).has_value()) << "a run the guard ended left as a finished one does";
+  ranks[1].exit_code = 1;
+  EXPECT_TRUE(watchdog_verdict(ranks, 5, limits).has_value()) << "other codes still end the job";
 }
 
 TEST(ControlMetricsText, IsValidPrometheusWithEscapedLabelsAndSanitizedNames) {

@@ -126,14 +126,39 @@ inline std::string http_get(uint16_t port, const std::string& request, double ti
 
 // The agent's half of the handshake on `fd`, by hand and with the right secret: after it the
 // coordinator counts this socket as rank `auth.rank`. False if the coordinator did not accept.
-inline bool raw_agent_handshake(int fd, const Secret& secret, Auth auth) {
+// `keys`, if given, receives the connection's frame keys (policy.h), for frames by hand after it.
+inline bool raw_agent_handshake(int fd, const Secret& secret, Auth auth, FrameKeys* keys = nullptr) {
   const auto challenge = raw_read_message(fd, 5);
   if (!challenge || !std::holds_alternative<Challenge>(*challenge)) return false;
   auth.nonce = random_nonce();
   auth.mac = agent_mac(secret, std::get<Challenge>(*challenge).nonce, auth);
   raw_send(fd, encode_frame(auth));
   const auto ok = raw_read_message(fd, 5);
+  if (keys) *keys = frame_keys(secret, std::get<Challenge>(*challenge).nonce, auth.nonce, auth.rank);
   return ok && std::holds_alternative<AuthOk>(*ok);
+}
+
+// What a stranger without the job's secret can send: after the Challenge on `fd`, a well-formed Auth
+// for rank 1 of 2 whose MAC is under another secret. False if no Challenge came.
+inline bool raw_forged_auth(int fd) {
+  const auto challenge = raw_read_message(fd, 5);
+  if (!challenge || !std::holds_alternative<Challenge>(*challenge)) return false;
+  Auth forged{1, 2, 1, "evil", "", "", random_nonce(), {}};
+  forged.mac = agent_mac(generate_secret(), std::get<Challenge>(*challenge).nonce, forged);
+  raw_send(fd, encode_frame(forged));
+  return true;
+}
+
+// An authenticated frame as FramedConnection writes it: prefix, body, HMAC(key, seq | body).
+inline std::vector<uint8_t> mac_frame(const Mac& key, uint64_t seq, const Message& m) {
+  std::vector<uint8_t> frame = encode_frame(m);
+  std::array<uint8_t, 8> s{};
+  for (int i = 7; i >= 0; --i, seq >>= 8) s[size_t(i)] = uint8_t(seq);
+  const Digest mac = hmac_sha256(key, {s, std::span<const uint8_t>(frame).subspan(4)});
+  frame.insert(frame.end(), mac.begin(), mac.end());
+  const uint32_t n = uint32_t(frame.size() - 4);
+  frame[0] = uint8_t(n >> 24); frame[1] = uint8_t(n >> 16); frame[2] = uint8_t(n >> 8); frame[3] = uint8_t(n);
+  return frame;
 }
 
 // The coordinator's half on an accepted `fd`: after it the agent counts the link as up.

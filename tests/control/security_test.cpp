@@ -60,11 +60,7 @@ TEST(ControlSecurity, WrongSecretIsRejectedAndClosedWhileRealAgentsKeepReporting
   // By hand: a well-formed Auth with a forged MAC gets the connection closed.
   const int fd = raw_connect(job.port());
   ASSERT_GE(fd, 0);
-  const auto challenge = raw_read_message(fd, 5);
-  ASSERT_TRUE(challenge && std::holds_alternative<Challenge>(*challenge));
-  Auth forged{1, 2, 1, "evil", "", "", random_nonce(), {}};
-  forged.mac = agent_mac(generate_secret(), std::get<Challenge>(*challenge).nonce, forged);
-  raw_send(fd, encode_frame(forged));
+  ASSERT_TRUE(raw_forged_auth(fd));
   EXPECT_TRUE(closed_by_peer(fd, 5));
   ::close(fd);
   EXPECT_GE(job.coord->stats().rejected_auth, 2u);

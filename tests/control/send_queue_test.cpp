@@ -17,7 +17,7 @@ namespace {
 
 using namespace test_support;
 
-constexpr size_t kSmallestBound = kMaxFrameBytes + 4;
+constexpr size_t kSmallestBound = kMaxFrameBytes + 4 + kFrameMacBytes;
 
 // The agent's end: a coordinator (by hand, with the job's secret) that authenticates it and then
 // reads nothing more. Heartbeats pile up; the agent drops the link at its bound and aborts, well

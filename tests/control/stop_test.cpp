@@ -126,5 +126,65 @@ TEST(ControlStop, StopBeforeAnyStepStopsEveryRankAtItsFirstStep) {
   EXPECT_EQ(a1.stop_step(40), 40);
 }
 
+// A shared teacher's job: a teacher stage serving run a from step 50 and run b from step 100 (a
+// resumed earlier than b), one student each. The example of agent.h's stop_steps.
+struct SharedTeacherJob {
+  LocalJob job{3, 0};
+  std::unique_ptr<Agent> teacher, a, b;
+  SharedTeacherJob() {
+    teacher = agent(0, "teacher p0 s0", "");
+    teacher->set_served_runs({{"a", 50, 200}, {"b", 100, 200}});
+    a = agent(1, "student 0", "a");
+    b = agent(2, "student 0", "b");
+    for (int64_t s = 50; s <= 52; ++s) {
+      EXPECT_TRUE(teacher->stop_steps(s).empty());
+      EXPECT_EQ(a->stop_step(s), std::nullopt);
+    }
+    EXPECT_EQ(b->stop_step(100), std::nullopt) << "b's student began step 100: it waits for its targets";
+  }
+  std::unique_ptr<Agent> agent(int rank, const std::string& role, const std::string& run) {
+    AgentOptions o = fast_agent(rank, 3, job.secret, job.log);
+    o.role = role;
+    o.run = run;
+    auto agent = std::make_unique<Agent>(o);
+    agent->connect(job.coord->endpoint());
+    return agent;
+  }
+};
+
+TEST(ControlStop, RunsOfASharedTeacherStopAtStepsOfTheirOwn) {
+  SharedTeacherJob j;
+  j.b->request_stop("SIGUSR1 in the test");
+  ASSERT_TRUE(eventually([&] { return j.a->decided_stop_step() && j.b->decided_stop_step(); }, 10)) << j.job.log.all();
+  EXPECT_EQ(j.job.coord->stop_steps(), (RunSteps{{"a", 53}, {"b", 101}}))
+      << "a stops a step after the teacher's, b after the step its student began, not 101 for a";
+  EXPECT_EQ(j.a->stop_step(53), 53);
+  EXPECT_EQ(j.b->stop_step(101), 101);
+  EXPECT_EQ(j.teacher->stop_steps(53), (RunSteps{{"a", 53}, {"b", 101}}));
+  for (Agent* x : {j.a.get(), j.b.get(), j.teacher.get()}) x->shutdown(kExitRequeue);
+  EXPECT_FALSE(j.job.coord->aborted().has_value());
+}
+
+TEST(ControlStop, ARunLeavingAloneLeavesTheOthersRunning) {
+  SharedTeacherJob j;
+  EXPECT_EQ(j.a->leave_run("guard: step 52: the loss is nan"), 53);
+  EXPECT_EQ(j.job.coord->stop_steps(), (RunSteps{{"a", 53}}));
+  EXPECT_EQ(j.b->stop_step(101), std::nullopt) << "b goes on";
+  EXPECT_EQ(j.teacher->stop_steps(101), (RunSteps{{"a", 53}}));
+  j.a->shutdown(kExitDiverged, "run a diverged");
+  ASSERT_TRUE(eventually([&] { return j.job.coord->ranks()[1].state == RankState::kDone; }, 10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a few watchdog ticks
+  EXPECT_FALSE(j.job.coord->aborted().has_value()) << "a diverged run that left by agreement aborts nobody";
+  // Later, a signal stops b (and nothing of a changes).
+  j.teacher->request_stop("SIGUSR1 in the test");
+  ASSERT_TRUE(eventually([&] { return j.b->decided_stop_step().has_value(); }, 10)) << j.job.log.all();
+  EXPECT_EQ(j.job.coord->stop_steps(), (RunSteps{{"a", 53}, {"b", 102}}));
+  j.b->shutdown(kExitRequeue);
+  j.teacher->shutdown(kExitRequeue);
+  // The coordinator reads the Byes on its own thread; the host waits for them all the same way.
+  ASSERT_TRUE(eventually([&] { return job_exit_code(j.job.coord->ranks()).has_value(); }, 10)) << j.job.log.all();
+  EXPECT_EQ(job_exit_code(j.job.coord->ranks()), kExitRequeue) << "b still needs the requeue";
+}
+
 }  // namespace
 }  // namespace deepen::control

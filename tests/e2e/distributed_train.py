@@ -49,6 +49,9 @@ Cases:
                    full on S = 3: bit-identical
   gpu-asked        a 2-rank job asking for CUDA and NCCL where they cannot be had fails at start
                    with exit 2 naming the key, nothing trained: no silent CPU or MPI run
+  lock             a second `deepen train` on a run folder that a running job writes is refused (exit
+                   2, naming the holder's host and pid) and the first goes on; after kill -9 of the
+                   holder the next start takes its lock over and resumes
 """
 import argparse
 import json
@@ -567,6 +570,44 @@ class Cases:
                 assert not lines, lines
                 print("--bind-to none: no warning")
 
+    def lock(self):
+        """One writer per run folder: a second `deepen train` on a folder a running job writes is refused
+        (exit 2, naming the holder's host and pid) while the first finishes normally; a holder killed
+        with -9 leaves its lock to the next start, which resumes."""
+        import signal
+        import time
+        out = os.path.join(self.work, "lock")
+        shutil.rmtree(out, ignore_errors=True)
+        sets = ["curriculum.stage_steps=[200, 200, 200]", "checkpoint.every=20", "control.heartbeat_s=0.5",
+                "control.watchdog_s=3"]
+        cmd = [self.deepen, "train", self.base, "--fresh", "--quiet", "--set", f'run.out_dir="{out}"']
+        for x in sets:
+            cmd += ["--set", x]
+        first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        metrics = os.path.join(out, "metrics.jsonl")
+        deadline = time.time() + 120
+        while not (os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 3):
+            assert first.poll() is None and time.time() < deadline, first.stderr.read()[-3000:]
+            time.sleep(0.05)
+        second = run([c for c in cmd if c != "--fresh"], check=False)
+        assert second.returncode == 2, f"a second job on the folder: exit {second.returncode}\n{second.stderr[-3000:]}"
+        holder = f"another job writes this run folder (host {os.uname().nodename}, pid {first.pid}"
+        assert holder in second.stderr, second.stderr[-3000:]
+        assert first.poll() is None, "the refused job must not disturb the running one"
+        # kill -9 after a checkpoint: the next start takes the dead holder's lock and resumes.
+        ckpts = os.path.join(out, "checkpoints")
+        while not (os.path.isdir(ckpts) and any(n.startswith("step_") and "." not in n for n in os.listdir(ckpts))):
+            assert first.poll() is None and time.time() < deadline + 120, first.stderr.read()[-3000:]
+            time.sleep(0.05)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        third = run([c for c in cmd if c != "--fresh"] + ["--stop-after", "30"], check=False)
+        assert third.returncode == 3, f"exit {third.returncode}\n{third.stderr[-3000:]}"
+        assert "resumed" in open(os.path.join(out, "run.json")).read() and \
+            json.load(open(os.path.join(out, "run.json")))["resumed"], third.stderr[-2000:]
+        print(f"second job refused while pid {first.pid} wrote the folder: '{holder}...'; after kill -9 the next "
+              f"start took the lock over and resumed")
+
     def gpu_asked(self):
         import torch  # the reference for what this process sees (the torch wheel deepen links)
         gpus = torch.cuda.device_count()
@@ -602,7 +643,7 @@ def main():
              "gpu-asked": c.gpu_asked, "sharded-2": lambda: c.sharded(2), "sharded-3": lambda: c.sharded(3),
              "sharded-4": lambda: c.sharded(4), "sharded-full-2": lambda: c.sharded(2, "full"),
              "sharded-full-3": lambda: c.sharded(3, "full"), "sharded-full-4": lambda: c.sharded(4, "full"), "overlap": c.overlap,
-             "shard-write-fails": c.shard_write_fails, "thread-binding": c.thread_binding}
+             "shard-write-fails": c.shard_write_fails, "thread-binding": c.thread_binding, "lock": c.lock}
     cases[a.case]()
 
 

@@ -16,6 +16,8 @@
 #include "config/input_error.h"
 #include "launch/local_job.h"
 #include "model/tensor_bridge.h"
+#include "run_folder/active_layer_tokens.h"
+#include "run_folder/progress.h"
 #include "run_folder/jsonl.h"
 #include "tests/control/control_test_util.h"
 #include "tests/launch/tiny_world.h"
@@ -133,7 +135,10 @@ TEST(TrainerFaults, TheSkipActionDropsTheStepsUpdateRecordsItAndFinishes) {
 }
 
 // guard.action = "rollback": exit code 5 (the Slurm scripts requeue on it) with the lowered LR
-// scale in guard.jsonl; the next start resumes from the last good checkpoint with it.
+// scale in guard.jsonl; the next start resumes with it from the newest checkpoint taken before the
+// update that made step 4's weights: the one after step 1, not the one after step 3 (resuming there
+// would replay step 4's loss as it was: a lower LR changes only later updates). The checkpoint after
+// step 3, on the trajectory that diverged, is removed.
 TEST(TrainerFaults, TheRollbackActionEndsWithExit5AndTheNextStartTrainsOnWithALowerLr) {
   TinyWorld world;
   const fs::path run = world.dir("rollback");
@@ -143,18 +148,79 @@ TEST(TrainerFaults, TheRollbackActionEndsWithExit5AndTheNextStartTrainsOnWithALo
     const auto [code, message] = exit_of([&] { return run_train_job(cfg, quiet()); });
     EXPECT_EQ(code, kExitRollback) << message;
     EXPECT_NE(message.find("Rolling back (1 of guard.max_rollbacks = 3)"), std::string::npos) << message;
+    EXPECT_NE(message.find("the next start resumes from " + (run / "checkpoints" / "step_00000001").string()),
+              std::string::npos) << message;
   }
   const auto events = records(run, "guard.jsonl");
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0]["event"], "rolled_back");
   EXPECT_EQ(events[0]["lr_scale"].get<double>(), 0.25);
-  const double lr_before = records(run, "metrics.jsonl")[3]["lr"].get<double>();
+  EXPECT_EQ(checkpoint_names(run), (std::vector<std::string>{"step_00000001"}));
+  const double lr_before = records(run, "metrics.jsonl")[1]["lr"].get<double>();
   ASSERT_EQ(run_train_job(cfg, quiet()), kExitOk);
   const auto m = records(run, "metrics.jsonl");
   ASSERT_EQ(m.size(), 9u);
-  EXPECT_EQ(m[3]["lr"].get<double>(), lr_before);  // kept from the first start
+  EXPECT_EQ(m[1]["lr"].get<double>(), lr_before);  // kept from the first start
   ASSERT_EQ(run_train_job(world.config("whole"), quiet()), kExitOk);
-  EXPECT_DOUBLE_EQ(m[4]["lr"].get<double>(), 0.25 * records(world.dir("whole"), "metrics.jsonl")[4]["lr"].get<double>());
+  const auto whole = records(world.dir("whole"), "metrics.jsonl");
+  for (size_t step : {2, 3, 4})
+    EXPECT_DOUBLE_EQ(m[step]["lr"].get<double>(), 0.25 * whole[step]["lr"].get<double>()) << "step " << step;
+}
+
+// A rollback needs a checkpoint from before the update that led to the bad step: with only the one
+// right before it, resuming would repeat the step as it was, so the guard stops instead (exit 4).
+TEST(TrainerFaults, ARollbackWithoutAnEarlierCheckpointStopsInsteadOfLooping) {
+  TinyWorld world;
+  const Config cfg = world.config("rollback_late", {"guard.action=\"rollback\"", "checkpoint.every=3"});
+  NanAt nan("0:3");
+  const auto [code, message] = exit_of([&] { return run_train_job(cfg, quiet()); });
+  EXPECT_EQ(code, kExitDiverged) << message;
+  EXPECT_NE(message.find("no checkpoint was taken before step 2's update"), std::string::npos) << message;
+}
+
+// A run is finished once its final/ is whole, not when the last checkpoint is written: an export
+// that fails (here: a file where final/ should be) leaves the run unfinished, so a study runs it
+// again; the next start resumes after the last step and writes final/.
+TEST(TrainerFaults, ARunIsFinishedOnlyOnceItsFinalFolderIsWritten) {
+  TinyWorld world;
+  const fs::path run = world.dir("final");
+  const Config cfg = world.config("final");
+  JobOptions stop = quiet();
+  stop.stop_after_steps = 8;
+  ASSERT_EQ(run_train_job(cfg, stop), kExitRequeue);
+  std::ofstream(run / "final") << "not a folder\n";
+  std::string why;
+  try {
+    run_train_job(cfg, quiet());
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  EXPECT_NE(why.find((run / "final").string()), std::string::npos) << why;
+  EXPECT_EQ(records(run, "metrics.jsonl").size(), 9u) << "the last step trained";
+  EXPECT_FALSE(read_active_layer_tokens(run.string()).complete) << "no final/: not complete";
+  EXPECT_NE(job_state(run.string()), JobState::kFinished);
+  fs::remove(run / "final");
+  ASSERT_EQ(run_train_job(cfg, quiet()), kExitOk);
+  EXPECT_TRUE(fs::exists(run / "final" / "student.safetensors"));
+  EXPECT_TRUE(fs::exists(run / "final" / "hf" / "config.json"));
+  EXPECT_TRUE(read_active_layer_tokens(run.string()).complete);
+  EXPECT_EQ(job_state(run.string()), JobState::kFinished);
+  EXPECT_EQ(records(run, "metrics.jsonl").size(), 9u) << "the resume trained nothing again";
+}
+
+// The divergence guard's spike window restarts at each phase start: a growth step's loss may jump
+// past guard.spike_factor x the last phase's median without being a divergence.
+TEST(TrainerFaults, AGrowthStepIsNotTakenForALossSpike) {
+  TinyWorld world;
+  const fs::path run = world.dir("spike");
+  // Any loss above the window's median would trip (factor just over 1; window of 2 steps).
+  ASSERT_EQ(run_train_job(world.config("spike", {"guard.spike_factor=1.0001", "guard.spike_window=2",
+                                                 "guard.action=\"skip\"", "curriculum.grow_init=\"random\""}),
+                          quiet()),
+            kExitOk);
+  for (const auto& e : records(run, "guard.jsonl"))
+    EXPECT_TRUE(e["step"] != 3 && e["step"] != 6) << "a growth step was skipped as a spike: " << e.dump();
+  EXPECT_EQ(records(run, "metrics.jsonl").size() + records(run, "guard.jsonl").size(), 9u);
 }
 
 // The fourth bug: with every checkpoint's student file truncated, a resume warned, started

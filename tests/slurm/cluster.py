@@ -9,7 +9,7 @@
     python3 tests/slurm/cluster.py -- COMMAND...   # COMMAND with SLURM_CONF set, then waits for the
                                                    # queue to empty and stops the cluster
 
-Why each piece is as it is (measured facts: ../shared/SLURM.md):
+Why each piece is as it is (the measured facts: tests/slurm/README.md):
 - Everything (state, spool, logs, PID files, munge socket and key) lives in one fresh folder, and the
   ports are picked free, so old jobs never come back and two clusters can run side by side.
 - munged runs as the `munge` user with its own key and socket; slurm.conf points at that socket.
@@ -48,11 +48,33 @@ def missing_reason():
     return None
 
 
-def skip_if_unavailable():
-    reason = missing_reason()
+def skip_if_unavailable(missing=None):
+    """Exits 77 (ctest's skip) with the reason when `missing` (default: missing_reason) finds one."""
+    reason = (missing or missing_reason)()
     if reason:
         print(f"SKIP: {reason}")
         raise SystemExit(SKIP)
+
+
+# The slurm.conf keys every test cluster shares (tests/slurm/README.md says why each is there).
+SLURM_CONF_COMMON = """SlurmctldDebug=info
+SlurmdDebug=info
+MailProg=/bin/true
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+JobRequeue=1
+ReturnToService=2
+SchedulerParameters=sched_interval=5,bf_interval=5
+SlurmdParameters=config_overrides
+KillWait=5
+InactiveLimit=0
+MinJobAge=300
+"""
 
 
 def free_port():
@@ -70,7 +92,12 @@ class Cluster:
         # NodeName = the host name, as on a real cluster: Open MPI's mpirun then sees the allocation
         # as this host (a different NodeName makes it launch an orted "remotely" on itself).
         self.cpus, self.node = cpus, node or socket.gethostname().split(".")[0]
-        self.dir = tempfile.mkdtemp(prefix="deepen-slurm-")
+        self._make_folder(tempfile.mkdtemp(prefix="deepen-slurm-"))
+        self.client = []  # prefix of every Slurm client command (nodes_cluster.py: enter the first node)
+
+    def _make_folder(self, folder):
+        """The cluster's folder, its slurm.conf's path, the clients' environment."""
+        self.dir = folder
         os.chmod(self.dir, 0o755)  # munged (user munge) must reach its subfolder
         self.conf = os.path.join(self.dir, "slurm.conf")
         self.env = dict(os.environ, SLURM_CONF=self.conf)
@@ -117,24 +144,7 @@ SlurmctldPidFile={d}/slurmctld.pid
 SlurmdPidFile={d}/slurmd.pid
 SlurmctldLogFile={d}/log/slurmctld.log
 SlurmdLogFile={d}/log/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-MailProg=/bin/true
-ProctrackType=proctrack/pgid
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-JobRequeue=1
-ReturnToService=2
-SchedulerParameters=sched_interval=5,bf_interval=5
-SlurmdParameters=config_overrides
-KillWait=5
-InactiveLimit=0
-MinJobAge=300
-GresTypes=gpu
+{SLURM_CONF_COMMON}GresTypes=gpu
 NodeName={self.node} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=4000 Gres=gpu:{self.cpus} State=UNKNOWN
 PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 """)
@@ -152,8 +162,8 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
         deadline = time.time() + timeout
         state = ""
         while time.time() < deadline:
-            p = subprocess.run(["sinfo", "-h", "-n", self.node, "-o", "%T"], env=self.env, capture_output=True,
-                               text=True, timeout=10)
+            p = subprocess.run(self.client + ["sinfo", "-h", "-n", self.node, "-o", "%T"], env=self.env,
+                               capture_output=True, text=True, timeout=10)
             state = p.stdout.strip()
             if state == "idle":
                 return
@@ -204,11 +214,12 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
         10 s), removes the folder."""
         if "slurmctld" in self.pids:
             # Job steps run under slurmstepd, which outlives slurmd: end the jobs before the daemons.
-            subprocess.run(["scancel", "--full", "--user=root"], env=self.env, capture_output=True, timeout=10)
+            subprocess.run(self.client + ["scancel", "--full", "--user=root"], env=self.env, capture_output=True,
+                           timeout=10)
             deadline = time.time() + 30
             while time.time() < deadline:
-                p = subprocess.run(["squeue", "-h", "-o", "%i"], env=self.env, capture_output=True, text=True,
-                                   timeout=10)
+                p = subprocess.run(self.client + ["squeue", "-h", "-o", "%i"], env=self.env, capture_output=True,
+                                   text=True, timeout=10)
                 if p.returncode != 0 or not p.stdout.strip():
                     break
                 time.sleep(0.2)
@@ -234,7 +245,7 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
     # ---- jobs ----
     def sbatch(self, args, env=None, cwd=None):
         """Submits; returns the job id."""
-        p = subprocess.run(["sbatch", "--parsable"] + list(args), env=dict(self.env, **(env or {})), cwd=cwd,
+        p = subprocess.run(self.client + ["sbatch", "--parsable"] + list(args), env=dict(self.env, **(env or {})), cwd=cwd,
                            capture_output=True, text=True, timeout=30)
         if p.returncode != 0:
             raise RuntimeError(f"sbatch {' '.join(args)} failed ({p.returncode}): {p.stderr}")
@@ -242,8 +253,8 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
 
     def job(self, job_id):
         """scontrol show job as a dict (empty when Slurm no longer knows the job)."""
-        p = subprocess.run(["scontrol", "-o", "show", "job", str(job_id)], env=self.env, capture_output=True,
-                           text=True, timeout=10)
+        p = subprocess.run(self.client + ["scontrol", "-o", "show", "job", str(job_id)], env=self.env,
+                           capture_output=True, text=True, timeout=10)
         out = {}
         for word in p.stdout.split():
             if "=" in word:
@@ -253,8 +264,8 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
 
     def jobs(self, job_id):
         """Every record of a job (array tasks each have one), as dicts."""
-        p = subprocess.run(["scontrol", "-o", "show", "job", str(job_id)], env=self.env, capture_output=True,
-                           text=True, timeout=10)
+        p = subprocess.run(self.client + ["scontrol", "-o", "show", "job", str(job_id)], env=self.env,
+                           capture_output=True, text=True, timeout=10)
         recs = []
         for line in p.stdout.splitlines():
             rec = {}
@@ -279,7 +290,7 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
                              f"{info.get('JobState')} ({info.get('Reason')})\n" + self.logs())
 
     def run(self, cmd, timeout=30, check=True):
-        p = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(self.client + list(cmd), env=self.env, capture_output=True, text=True, timeout=timeout)
         if check and p.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr}")
         return p

@@ -24,6 +24,14 @@ hand under mpirun. Exit 77 (skip) where the Slurm packages are missing. Cases:
   study-shared       the same study with --share-teacher --max-group-runs 2: the joint and the grow pairs each
                      run as one group job of 6 tasks (slurm/lib.sh: deepen_run_job group FILE), the
                      matched run after the grow group; all five runs complete
+  group-requeue-srun a group of a 30-step and a 120-step run, preempted once the short run has its
+  group-requeue-mpirun final/: its students leave with 0, the other run's with 3; the job's exit code
+                     file says 3, the script requeues, the rerun ends the long run equal to it by hand
+  group-faults       four runs of different lengths and checkpoint.every behind one teacher (6 tasks),
+                     one with a NaN at step 70: preempted twice (the second time after the shortest run
+                     finished); the diverged run leaves with its guard record, the others finish equal to
+                     each run alone by hand; requeued exactly twice, then FAILED with exit code 4 (a run
+                     diverged: no requeue)
 """
 import json
 import argparse
@@ -133,7 +141,7 @@ class Jobs:
             # The bound: the watchdog declares a silent rank dead after control.watchdog_s; every
             # rank then exits at the latest watchdog_s / 2 later (its hard exit,
             # launch/job_control.cpp); Slurm needs about a second to see the step and the batch
-            # script end (jobs here start in 0.3 s, SLURM.md).
+            # script end (jobs here start in 0.3 s, tests/slurm/README.md).
             bound = WATCHDOG_S + WATCHDOG_S / 2 + 2
             assert took <= bound, f"the job took {took:.1f} s to end after the kill (bound {bound} s)"
             named = re.compile(rf"rank {rank} on \S+ \(.*\), (last step \d+|before its first step)")
@@ -262,6 +270,153 @@ class Jobs:
         for n in names:
             self.compare_with_reference(os.path.join(out, "slurm", n), f"group run {n} preempted and requeued",
                                         os.path.join(out, "by-hand", n))
+
+    # ---- groups: every run's fate its own ---------------------------------------------------------
+
+    def group_runs_file(self, out, tag, runs):
+        """A group file of runs [(name, sets)] behind one 2-stage teacher, each with 1 student; run folders
+        under out/tag/."""
+        path = os.path.join(out, f"{tag}.toml")
+        with open(path, "w") as f:
+            f.write(f'[group]\nname = "{tag}"\nout_dir = "{out}/{tag}/job"\n')
+            for name, sets in runs:
+                sets = [x for x in LAYOUT if not x.startswith(("parallel.students", "checkpoint.every"))] + \
+                    ["parallel.students=1", f'run.name="{name}"', f'run.out_dir="{out}/{tag}/{name}"'] + list(sets)
+                f.write(f'\n[[run]]\nconfig = "{self.base}"\nset = [' + ", ".join(json.dumps(x) for x in sets) + "]\n")
+        return path
+
+    def by_hand_alone(self, out, runs):
+        """Each run alone by hand (1 x 2 teacher + 1 student, mpirun): the reference of the group's runs."""
+        for name, sets in runs:
+            path = self.group_runs_file(out, f"alone-{name}", [(name, sets)])
+            run(["mpirun", "-np", "3", self.deepen, "group", path, "--fresh", "--quiet"], env=MPI_ENV)
+        return {name: os.path.join(out, f"alone-{name}", name) for name, _ in runs}
+
+    def submit_group(self, c, out, path, tasks, launcher, env=None):
+        log = os.path.join(out, "job.out")
+        job = c.sbatch([f"--nodes=1", f"--ntasks={tasks}", f"--ntasks-per-node={tasks}", f"--gpus-per-node={tasks}",
+                        "--cpus-per-task=1", f"--output={log}", "--time=10", os.path.join(SOURCE, "slurm", "run.sbatch"),
+                        "group", path, "--quiet"],
+                       env=dict(MPI_ENV, DEEPEN_BIN=self.deepen, DEEPEN_HOME=SOURCE, DEEPEN_LAUNCHER=launcher,
+                                **(env or {})), cwd=out)
+        return job, log
+
+    @staticmethod
+    def wait_requeued(c, job, log, restarts):
+        """Waits until the script requeued the job `restarts` times, then releases it at once."""
+        deadline = time.time() + 180
+        while int(c.job(job).get("Restarts", "0")) < restarts:
+            assert time.time() < deadline, f"job {job} not requeued within 180 s\n{open(log).read()[-3000:]}"
+            assert c.job(job).get("JobState") not in TERMINAL, f"job {job} ended instead of requeueing:\n" + \
+                open(log).read()[-3000:]
+            time.sleep(0.1)
+        c.wait_state(job, {"PENDING", "RUNNING"} | TERMINAL, timeout=60, poll=0.1)
+        c.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False)
+        c.wait_state(job, {"RUNNING"} | TERMINAL, timeout=120)
+
+    @staticmethod
+    def same_as(alone, got, what):
+        """Every metrics and eval record equal, bit for bit (the group computes what the run alone does)."""
+        ra, rg = records(alone, "metrics.jsonl"), records(got, "metrics.jsonl")
+        assert [r["step"] for r in ra] == [r["step"] for r in rg], f"{what}: steps differ"
+        for a, b in zip(ra, rg):
+            for key in ("loss", "kl", "ce", "depth"):
+                assert a[key] == b[key], f"{what}: step {a['step']} {key}: alone {a[key]}, in the group {b[key]}"
+        assert records(alone, "eval.jsonl") == records(got, "eval.jsonl") or \
+            [(e["step"], e["val_ce"]) for e in records(alone, "eval.jsonl")] == \
+            [(e["step"], e["val_ce"]) for e in records(got, "eval.jsonl")], f"{what}: eval records differ"
+        return len(rg)
+
+    def group_requeue(self, launcher):
+        out = os.path.join(self.work, f"slurm-group-requeue-{launcher}")
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        runs = [("short", ["curriculum.stage_steps=[10, 10, 10]", "checkpoint.every=10"]),
+                ("long", ['student.norm="post"', "checkpoint.every=10"])]
+        alone = self.by_hand_alone(out, runs[1:])
+        path = self.group_runs_file(out, "slurm", runs)
+        with Cluster() as c:
+            t0 = time.time()
+            job, log = self.submit_group(c, out, path, 4, launcher)
+            short_final = os.path.join(out, "slurm", "short", "final")
+            deadline = time.time() + 300
+            while not (os.path.isdir(short_final) and self.lines(os.path.join(out, "slurm", "long")) >= 40):
+                assert c.job(job).get("JobState") not in TERMINAL, open(log).read()[-3000:]
+                assert time.time() < deadline, f"no final/ of the short run in 300 s\n{open(log).read()[-3000:]}"
+                time.sleep(0.1)
+            c.run(["scancel", "--signal=USR1", "--batch", job])
+            self.wait_requeued(c, job, log, 1)
+            info = c.wait_state(job, TERMINAL, timeout=600)
+            text = open(log).read()
+            assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", \
+                f"job {job}: {info['JobState']} {info['ExitCode']}\n{text[-4000:]}"
+            assert info.get("Restarts") == "1", f"job {job}: Restarts={info.get('Restarts')}"
+            assert "the job's exit code is 3 (its runs: short 0, long 3)" in text, text[-4000:]
+            assert "stopped at a checkpoint; requeueing" in text, text[-4000:]
+            assert "[short] finished earlier; not trained again" in text, text[-4000:]
+            print(f"group job {job} ({launcher}): USR1 after the short run's final/: ranks left with 0 and 3, the job "
+                  f"code 3, requeued once, COMPLETED in {time.time() - t0:.1f} s")
+        n = self.same_as(alone["long"], os.path.join(out, "slurm", "long"), "long: requeued beside a finished run")
+        print(f"long: {n} steps equal to the run alone by hand")
+
+    @staticmethod
+    def lines(run_dir, name="metrics.jsonl"):
+        path = os.path.join(run_dir, name)
+        return sum(1 for _ in open(path)) if os.path.exists(path) else 0
+
+    def group_faults(self):
+        out = os.path.join(self.work, "slurm-group-faults")
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        runs = [("short", ["curriculum.stage_steps=[10, 10, 10]", "checkpoint.every=5"]),
+                ("mid", ['student.norm="post"', "curriculum.stage_steps=[20, 20, 20]", "checkpoint.every=10"]),
+                ("long", ["checkpoint.every=15"]),
+                ("nan", ['student.norm="post"', "checkpoint.every=20"])]
+        alone = self.by_hand_alone(out, runs[:3])
+        path = self.group_runs_file(out, "slurm", runs)
+        folder = {name: os.path.join(out, "slurm", name) for name, _ in runs}
+        with Cluster() as c:
+            t0 = time.time()
+            job, log = self.submit_group(c, out, path, 6, "srun", env={"DEEPEN_FAULT_NAN": "0:70:nan"})
+            # First preemption while every run trains; the second once the shortest has finished.
+            for restarts, ready in ((1, lambda: self.lines(folder["mid"]) >= 15),
+                                    (2, lambda: os.path.isdir(os.path.join(folder["short"], "final")) and
+                                     self.lines(folder["long"]) >= 45)):
+                deadline = time.time() + 300
+                while not ready():
+                    assert c.job(job).get("JobState") not in TERMINAL, open(log).read()[-3000:]
+                    assert time.time() < deadline, f"preemption {restarts}: not ready in 300 s\n{open(log).read()[-3000:]}"
+                    time.sleep(0.1)
+                c.run(["scancel", "--signal=USR1", "--batch", job])
+                self.wait_requeued(c, job, log, restarts)
+                print(f"preemption {restarts} at {time.time() - t0:.1f} s: short {self.lines(folder['short'])}, mid "
+                      f"{self.lines(folder['mid'])}, long {self.lines(folder['long'])}, nan {self.lines(folder['nan'])} steps")
+            info = c.wait_state(job, TERMINAL, timeout=600)
+            text = open(log).read()
+            assert info["JobState"] == "FAILED" and info["ExitCode"] == "4:0", \
+                f"a run diverged: the job ends with 4 and no requeue, got {info['JobState']} {info['ExitCode']}\n{text[-4000:]}"
+            time.sleep(3)  # a requeue would show within Slurm's scheduling interval
+            assert c.job(job).get("Restarts") == "2", f"requeued {c.job(job).get('Restarts')} times, not twice"
+            assert "ABORT" not in text, "one run's divergence aborted the others:\n" + text[-4000:]
+            assert "the divergence guard stopped a run" in text and "not requeueing" in text, text[-3000:]
+            print(f"group job {job}: preempted twice, requeued twice, then {info['JobState']} {info['ExitCode']} "
+                  f"(the NaN run diverged) in {time.time() - t0:.1f} s")
+        guard = records(folder["nan"], "guard.jsonl")
+        assert [(g["step"], g["event"]) for g in guard] == [(70, "stopped")], guard
+        assert not os.path.exists(os.path.join(folder["nan"], "final"))
+        # Its last good checkpoint: the newest before step 70 (every 20 steps, or a preemption's).
+        kept = sorted(n for n in os.listdir(os.path.join(folder["nan"], "checkpoints")) if n.startswith("step_"))
+        last_good = max(n for n in kept if int(n[5:]) < 70)
+        assert "Last good checkpoint: " + os.path.join(folder["nan"], "checkpoints", last_good) in text, text[-3000:]
+        for name in ("short", "mid", "long"):
+            n = self.same_as(alone[name], folder[name], f"{name}: preempted twice beside a diverging run")
+            assert os.path.isdir(os.path.join(folder[name], "final")), name
+            print(f"{name}: {n} steps, equal to the run alone by hand")
+        report = os.path.join(out, "report")
+        run([self.deepen, "report", os.path.join(out, "slurm"), "--out", report, "--no-plots"])
+        md = open(os.path.join(report, "report.md")).read()
+        assert "nan diverged at step 70" in md, md[:3000]
+        print(f"nan: guard.jsonl 'stopped' at step 70, last good checkpoint {last_good}; the report says it diverged")
 
     def study(self):
         out = os.path.join(self.work, "slurm-study")
@@ -396,7 +551,8 @@ def main():
     {"launch-srun": lambda: j.launch("srun"), "launch-mpirun": lambda: j.launch("mpirun"),
      "node-failure": j.node_failure, "preempt": lambda: j.preempt(False),
      "preempt-timelimit": lambda: j.preempt(True), "study": j.study, "study-shared": j.study_shared,
-     "preempt-group": j.preempt_group}[a.case]()
+     "preempt-group": j.preempt_group, "group-requeue-srun": lambda: j.group_requeue("srun"),
+     "group-requeue-mpirun": lambda: j.group_requeue("mpirun"), "group-faults": j.group_faults}[a.case]()
 
 
 if __name__ == "__main__":

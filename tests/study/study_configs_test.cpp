@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "report/report.h"
 #include "study/local_runner.h"
+#include "study/teacher_groups.h"
 #include "tests/test_paths.h"
 
 namespace deepen {
@@ -84,6 +85,22 @@ TEST(StudyConfigs, PaperStudiesHoldEveryRunOfThePaperWithItsBudgets) {
   // The 8B study is the paper's: Qwen3-8B teacher.
   const StudyPlan p = expand_study(load_study(source("configs/paper/study-qwen3-8b.toml")));
   EXPECT_EQ(p.jobs[0].config.teacher.checkpoint, "/models/Qwen3-8B");
+}
+
+// The paper study's teacher groups are the ones `deepen plan --study` chose (its [[group]] tables):
+// per seed the five 150k-step runs, the four 50k-step runs, and post-joint-long alone; a group's runs
+// are as long as each other (a group holds its GPUs for its longest run).
+TEST(StudyConfigs, ThePaperStudyGroupsItsRunsAsThePlannerChose) {
+  const StudyPlan p = expand_study(load_study(source("configs/paper/study-qwen3-8b.toml")));
+  std::multiset<size_t> sizes;
+  for (const StudyGroup& g : p.groups) {
+    sizes.insert(g.members.size());
+    for (size_t k : g.members) {
+      EXPECT_EQ(p.jobs[k].seed, p.jobs[g.members.front()].seed) << p.jobs[k].id();
+      EXPECT_EQ(curriculum_tokens(p.jobs[k].config), curriculum_tokens(p.jobs[g.members.front()].config)) << p.jobs[k].id();
+    }
+  }
+  EXPECT_EQ(sizes, (std::multiset<size_t>{1, 1, 1, 4, 4, 4, 5, 5, 5}));
 }
 
 // The paper's runs are GPU runs and say so: every run of every paper study asks for run.device =

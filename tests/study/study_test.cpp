@@ -9,6 +9,7 @@
 #include "config/input_error.h"
 #include "curriculum/growth_schedule.h"
 #include "run_folder/active_layer_tokens.h"
+#include "run_folder/guard_events.h"
 #include "run_folder/progress.h"
 #include "study/local_runner.h"
 #include "study/slurm_study.h"
@@ -232,7 +233,18 @@ TEST(Study, JobStateFollowsTheActiveLayerTokenRecordAndCheckpoints) {
   write_active_layer_tokens(dir + "/inc", {100, 50, 2, false});
   EXPECT_EQ(job_state(dir + "/inc"), JobState::kPartial);
   write_active_layer_tokens(dir + "/done", {100, 50, 2, true});
+  EXPECT_EQ(job_state(dir + "/done"), JobState::kPartial) << "complete, but no final/: its export did not end";
+  write(dir + "/done/final/student.safetensors", "");
   EXPECT_EQ(job_state(dir + "/done"), JobState::kFinished);
+  // The guard stopped a run after its newest checkpoint: diverged, until it trains past that step.
+  fs::create_directories(dir + "/div/checkpoints/step_00000009");
+  write_active_layer_tokens(dir + "/div", {100, 50, 10, false});
+  write(dir + "/div/guard.jsonl", "{\"step\": 12, \"event\": \"stopped\", \"reason\": \"the loss is nan\", \"lr_scale\": 1}\n");
+  EXPECT_EQ(job_state(dir + "/div"), JobState::kDiverged);
+  EXPECT_TRUE(unretried_divergence(dir + "/div", "div", 1.0).has_value());
+  EXPECT_FALSE(unretried_divergence(dir + "/div", "div", 0.5).has_value()) << "a lower LR is a retry";
+  fs::create_directories(dir + "/div/checkpoints/step_00000014");
+  EXPECT_EQ(job_state(dir + "/div"), JobState::kPartial) << "resumed at a lower LR and trained past the step";
 }
 
 // A fake `deepen` (a shell script) stands in for the trainer: it records its arguments and writes
@@ -246,12 +258,14 @@ TEST(Study, RunnerSkipsFinishedRunsRunsTheRestInOrderAndStopsOnRequeue) {
         "out=''; for a in \"$@\"; do case $a in run.out_dir=*) out=${a#run.out_dir=}; out=${out//\\\"/};; esac; done\n"
         "echo \"$out\" >> " + dir + "/calls.txt\n"
         "if [ -e " + dir + "/stop-at ] && grep -q \"$(cat " + dir + "/stop-at)\" <<< \"$out\"; then exit 3; fi\n"
-        "mkdir -p \"$out\" && echo '{\"active_layer_tokens\": 1, \"tokens\": 1, \"steps\": 1, \"complete\": true}' "
+        "mkdir -p \"$out/final\" && touch \"$out/final/student.safetensors\" && "
+        "echo '{\"active_layer_tokens\": 1, \"tokens\": 1, \"steps\": 1, \"complete\": true}' "
         "> \"$out/active_layer_tokens.json\"\n");
   fs::permissions(fake, fs::perms::owner_all);
   LaunchContext ctx{fake, "", false, true};
   // post-grow/seed1 already finished: not rerun.
   write_active_layer_tokens(dir + "/runs/post-grow/seed1", {1, 1, 1, true});
+  write(dir + "/runs/post-grow/seed1/final/student.safetensors", "");
   write(dir + "/stop-at", "post-grow/seed2");
   EXPECT_EQ(run_study(plan, ctx), kExitRequeue);
   auto calls = [&] {
@@ -329,7 +343,8 @@ TEST(Study, SlurmSubmitSkipsFinishedRunsAndDependsOnExactlyTheMatchedRunsElement
   write(dir + "/bin/sbatch",
         "#!/bin/bash\necho \"$*\" >> " + dir + "/sbatch.txt\nn=$(wc -l < " + dir + "/sbatch.txt)\necho $((100 + n))\n");
   fs::permissions(dir + "/bin/sbatch", fs::perms::owner_all);
-  write_active_layer_tokens(dir + "/runs/post-grow/seed1", {1, 1, 1, true});  // index 2 finished
+  write_active_layer_tokens(dir + "/runs/post-grow/seed1", {1, 1, 1, true});
+  write(dir + "/runs/post-grow/seed1/final/student.safetensors", "");  // index 2 finished
   const std::string cmd = "PATH=" + dir + "/bin:$PATH bash " + dir + "/slurm/submit.sh > " + dir + "/submit.txt 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file(dir + "/submit.txt");
   std::vector<std::string> calls;

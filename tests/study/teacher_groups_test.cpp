@@ -55,6 +55,42 @@ TEST(TeacherGroups, TheWorkedExampleOfTheHeader) {
   EXPECT_NE(g[0].refused[1].find("pre-grow/2: data.order_seed"), std::string::npos) << g[0].refused[1];
 }
 
+TEST(TeacherShare, EveryRunMustHaveTheTeachersVocabulary) {
+  const auto why = teacher_share_difference(config({}), config({"student.vocab_size=512"}));
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(*why, "student.vocab_size: 0 vs 512") << "the teacher sends one width of logits to every run";
+}
+
+// The paper's lengths (tokens per run, from stage_steps): the second example of teacher_groups.h.
+TEST(TeacherGroups, ByLengthOnlyRunsAsLongShare) {
+  auto paper = [](std::vector<std::string> sets) {
+    sets.insert(sets.begin(), "curriculum.block_layers=3");
+    return config(sets);
+  };
+  const std::vector<GroupCandidate> c = {
+      {"joint", paper({"curriculum.mode=joint", "curriculum.stages=[3]", "curriculum.stage_steps=[50]"}), {}},
+      {"grow", paper({"curriculum.stages=[1,2,3]", "curriculum.stage_steps=[50,50,50]"}), {}},
+      {"single", paper({"student.layers=3", "curriculum.mode=joint", "curriculum.stages=[1]", "curriculum.stage_steps=[50]"}), {}},
+      {"longer", paper({"curriculum.mode=joint", "curriculum.stages=[3,3,3]", "curriculum.stage_steps=[50,50,50]"}), {}}};
+  const std::vector<TeacherGroup> g = group_for_teacher(c, 0, GroupBy::kLength);
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_EQ(g[0].members, (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(g[1].members, (std::vector<size_t>{1, 3}));
+  EXPECT_NE(g[0].refused.at(0).find("grow: another length"), std::string::npos) << g[0].refused.at(0);
+  EXPECT_EQ(group_for_teacher(c).size(), 1u) << "in the study's order all four share";
+  EXPECT_EQ(curriculum_tokens(c[1].config), 3 * curriculum_tokens(c[0].config));
+}
+
+TEST(TeacherGroups, ListedGroupsAreTheStudysOwn) {
+  std::vector<GroupCandidate> c = {{"a", config({}), {}, "group 0"}, {"b", config({}), {}, "group 1"},
+                                   {"c", config({}), {}, "group 0"}, {"d", config({}), {}, ""}};
+  const std::vector<TeacherGroup> g = group_for_teacher(c, 0, GroupBy::kListed);
+  ASSERT_EQ(g.size(), 3u);
+  EXPECT_EQ(g[0].members, (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(g[1].members, (std::vector<size_t>{1}));
+  EXPECT_EQ(g[2].members, (std::vector<size_t>{3})) << "a run in no [[group]] trains alone";
+}
+
 TEST(TeacherGroups, ACapSplitsAGroup) {
   const std::vector<GroupCandidate> c = {{"a", config({}), {}}, {"b", config({}), {}}, {"c", config({}), {}}};
   const std::vector<TeacherGroup> g = group_for_teacher(c, 2);
