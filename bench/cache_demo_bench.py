@@ -7,8 +7,9 @@ cache with K = 8, 32, 64 draws per token (RS-KD) and against the cache's top-64,
 
 The figures in docs/demo/teacher-cache.md come from --sources set to the tutorial, reference and faq
 folders of /usr/share/doc/python3.11/html/_sources (0.87 M byte tokens: caches a CPU makes in
-minutes; the whole demo corpus is 11 M). About 40 minutes on 2 idle cores with the caches made
-(each cache: 9 to 30 minutes, K = 64 with its top-64 the longest), 15 runs of ~100 s.
+minutes; the whole demo corpus is 11 M). The 15 runs and the scoring took 21 minutes on 2 cores at
+load ~23 with the caches made; the caches took 9, 10 and 29 minutes (K = 8, 32, 64 with its
+top-64; 2 threads, another loaded machine).
 
 1. The demo's corpus and 400-step teacher (configs/demo/teacher.toml), unless --work has them.
 2. Three caches of every train token and the eval set (`deepen cache`, one process, the teacher on
