@@ -1,9 +1,15 @@
 // The fixed-width little-endian fields of the binary files deepen writes (token shards, teacher cache
-// files) and the payload hash both chain over 1 MiB blocks.
+// files), the payload hash both chain over 1 MiB blocks, and writing their bytes whole.
 #pragma once
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "config/hash.h"
 
@@ -27,6 +33,19 @@ inline uint64_t get64(const unsigned char* p) {
 inline constexpr size_t kHashBlockBytes = size_t(1) << 20;
 inline uint64_t chain_block(uint64_t h, const unsigned char* p, size_t n, uint64_t index) {
   return mix64(h ^ hash64(p, n, index));
+}
+
+// Writes all n bytes to fd (retrying short writes and EINTR); std::runtime_error naming `path`.
+inline void write_all(int fd, const unsigned char* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(path + ": write failed: " + std::strerror(errno));
+    }
+    p += w;
+    n -= size_t(w);
+  }
 }
 
 }  // namespace deepen

@@ -37,18 +37,6 @@ void encode_header(const ShardHeader& h, unsigned char* p) {
 
 std::string sys_error() { return std::strerror(errno); }
 
-void write_all(int fd, const unsigned char* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error(path + ": write failed: " + sys_error());
-    }
-    p += w;
-    n -= size_t(w);
-  }
-}
-
 }  // namespace
 
 uint32_t token_bytes_for_vocab(uint64_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }

@@ -68,18 +68,6 @@ CacheFileHeader decode_header(const unsigned char* p, const std::string& path) {
 
 std::string sys_error() { return std::strerror(errno); }
 
-void write_all(int fd, const unsigned char* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error(path + ": write failed: " + sys_error());
-    }
-    p += w;
-    n -= size_t(w);
-  }
-}
-
 }  // namespace
 
 void encode_cache_record(const CacheRecord& r, uint32_t samples, uint32_t topk, std::vector<unsigned char>& out) {
