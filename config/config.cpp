@@ -409,6 +409,20 @@ void validate_distill_and_optim(const Checker& c, const DistillConfig& di, const
   if (!(o.grad_clip >= 0)) c.fail("optim.grad_clip", "must be >= 0 (0 = off), got " + format_double(o.grad_clip));
 }
 
+void validate_cache(const Checker& c, const Config& cfg) {
+  const CacheConfig& k = cfg.cache;
+  c.at_least("cache.samples", k.samples, 1);
+  if (k.samples > 65535) c.fail("cache.samples", "must be <= 65535, got " + std::to_string(k.samples));
+  c.at_least("cache.topk", k.topk, 0);
+  c.at_least("cache.seed", k.seed, 0);
+  c.at_least("cache.train_sequences", k.train_sequences, 0);
+  c.at_least("cache.valid_sequences", k.valid_sequences, 0);
+  if (cfg.distill.source != DistillSource::kCache) return;
+  if (k.dir.empty()) c.fail("cache.dir", "required with distill.source = \"cache\" (a folder `deepen cache` wrote)");
+  if (k.targets == CacheTargets::kTopk && k.topk < 1)
+    c.fail("cache.topk", "cache.targets = \"topk\" needs the cache's k here (>= 1), got 0");
+}
+
 void validate_parallel(const Checker& c, const ParallelConfig& p, const StudentConfig& s) {
   c.at_least("parallel.teacher_pipelines", p.teacher_pipelines, 1);
   c.at_least("parallel.teacher_stages", p.teacher_stages, 1);
@@ -472,6 +486,7 @@ void validate_config(const Config& cfg) {
   validate_parallel(c, cfg.parallel, cfg.student);
   validate_eval_checkpoint_control(c, cfg);
   validate_guard(c, cfg.guard);
+  validate_cache(c, cfg);
 }
 
 Config parse_config(const std::string& toml_text, const std::string& source,

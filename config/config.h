@@ -190,9 +190,39 @@ struct DistillConfig {
   // The loss takes this many tokens (rows) at a time, each with the whole vocabulary; 0 = auto: as
   // many as fit a 512 MiB budget of chunk buffers (train/loss_chunking.h; 883 at V = 151,936).
   int64_t row_chunk = 0;
+  // "teacher": the targets come from a live teacher ([teacher], on teacher ranks under mpirun) |
+  // "cache": from the teacher cache in cache.dir (`deepen cache`, docs/cache.md): no teacher runs and
+  // a job has no teacher ranks (world = parallel.students); distill.logits and the teacher ranks of
+  // [parallel] are then unused. The KL term takes the cache's targets (cache.targets).
+  DistillSource source = DistillSource::kTeacher;
   template <class V> void visit(V& v) {
     v("alpha", alpha); v("temperature", temperature); v("logits", logits); v("topk", topk);
     v("tail", tail); v("vocab_chunk", vocab_chunk); v("channel_dtype", channel_dtype); v("row_chunk", row_chunk);
+    v("source", source);
+  }
+};
+
+// [cache]: the teacher cache (teacher_cache/, docs/cache.md). `deepen cache CONFIG` writes one into
+// dir (or --out): for every cached token, K samples of the teacher's distribution at
+// distill.temperature (validation tokens at τ = 1, what eval scores), stored as ids and counts
+// (Random Sampling KD, arXiv 2503.16870), the teacher's entropy, and optionally its top-k. A run with
+// distill.source = "cache" trains from the cache in dir; samples, seed (and topk, for topk targets)
+// must be the cache's, and the cache must come from this config's teacher, tokenizer and data.
+struct CacheConfig {
+  std::string dir;                 // the cache folder
+  int64_t samples = 64;            // K: draws per token from p_T^τ (with replacement), 1..65535
+  int64_t topk = 0;                // also store the k largest log-probabilities per token; 0 = none
+  int64_t seed = 1;                // the sampling seed (every token's draws are a function of it and the token's place)
+  // The first N train sequences (data.packing = "documents": documents) are cached; 0 = all of
+  // data.train. A run whose data order reads a later one is refused at start.
+  int64_t train_sequences = 0;
+  // The first N validation sequences (documents); 0 = the eval set of this config (data.valid_documents,
+  // else eval.batches × parallel.micro_batch).
+  int64_t valid_sequences = 0;
+  CacheTargets targets = CacheTargets::kSampled;  // "sampled" (RS-KD, unbiased) | "topk" (needs a cache with topk)
+  template <class V> void visit(V& v) {
+    v("dir", dir); v("samples", samples); v("topk", topk); v("seed", seed); v("train_sequences", train_sequences);
+    v("valid_sequences", valid_sequences); v("targets", targets);
   }
 };
 
@@ -333,11 +363,12 @@ struct Config {
   CheckpointConfig checkpoint;
   ControlConfig control;
   GuardConfig guard;
+  CacheConfig cache;
   template <class V> void visit_sections(V& v) {
     v("run", run); v("data", data); v("teacher", teacher); v("student", student);
     v("curriculum", curriculum); v("distill", distill); v("optim", optim);
     v("parallel", parallel); v("eval", eval); v("checkpoint", checkpoint); v("control", control);
-    v("guard", guard);
+    v("guard", guard); v("cache", cache);
   }
 };
 

@@ -79,6 +79,16 @@ template <> struct OptionSpelling<TeacherOutput> { static constexpr std::array n
 enum class TopkTail { kRenormalize, kBucket };
 template <> struct OptionSpelling<TopkTail> { static constexpr std::array names{"renormalize", "bucket"}; };
 
+// distill.source: where a run's teacher targets come from: a live teacher (in this process or on
+// teacher ranks), or a teacher cache written by `deepen cache` (teacher_cache/, docs/cache.md).
+enum class DistillSource { kTeacher, kCache };
+template <> struct OptionSpelling<DistillSource> { static constexpr std::array names{"teacher", "cache"}; };
+
+// cache.targets: which of a cache's stored targets a run trains on: the K samples of the teacher's
+// distribution (RS-KD, unbiased) or the top-k log-probabilities (biased; for comparison).
+enum class CacheTargets { kSampled, kTopk };
+template <> struct OptionSpelling<CacheTargets> { static constexpr std::array names{"sampled", "topk"}; };
+
 // optim.schedule: the LR's shape after warmup (curriculum/lr_schedule.h).
 enum class LrShape { kCosine, kConstant };
 template <> struct OptionSpelling<LrShape> { static constexpr std::array names{"cosine", "constant"}; };
@@ -102,6 +112,10 @@ template <> struct OptionSpelling<GuardAction> { static constexpr std::array nam
 // A study run's command and launcher (study/study_plan.h).
 enum class StudyCommand { kTrain, kPretrain };
 template <> struct OptionSpelling<StudyCommand> { static constexpr std::array names{"train", "pretrain"}; };
+// study.teacher: the runs' targets from a live teacher each (or shared: study.share_teacher), or from
+// one teacher cache the study writes first (study/study_plan.h).
+enum class StudyTeacher { kLive, kCache };
+template <> struct OptionSpelling<StudyTeacher> { static constexpr std::array names{"live", "cache"}; };
 enum class Launcher { kAuto, kMpirun, kDirect };
 template <> struct OptionSpelling<Launcher> { static constexpr std::array names{"auto", "mpirun", "direct"}; };
 // How a study forms its shared-teacher groups (study/teacher_groups.h): in the study's order, runs of

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "config/binary_fields.h"
 #include "config/hash.h"
 #include "config/input_error.h"
 
@@ -19,26 +20,6 @@ namespace deepen {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The payload hash chains fixed 1 MiB blocks, so it is the same however the writer was fed.
-constexpr size_t kBlockBytes = size_t(1) << 20;
-
-uint64_t chain_block(uint64_t h, const unsigned char* p, size_t n, uint64_t index) {
-  return mix64(h ^ hash64(p, n, index));
-}
-
-void put32(unsigned char* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i)); }
-void put64(unsigned char* p, uint64_t v) { for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i)); }
-uint32_t get32(const unsigned char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= uint32_t(p[i]) << (8 * i);
-  return v;
-}
-uint64_t get64(const unsigned char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= uint64_t(p[i]) << (8 * i);
-  return v;
-}
 
 void encode_header(const ShardHeader& h, unsigned char* p) {
   std::memset(p, 0, kShardHeaderBytes);
@@ -55,18 +36,6 @@ void encode_header(const ShardHeader& h, unsigned char* p) {
 }
 
 std::string sys_error() { return std::strerror(errno); }
-
-void write_all(int fd, const unsigned char* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error(path + ": write failed: " + sys_error());
-    }
-    p += w;
-    n -= size_t(w);
-  }
-}
 
 }  // namespace
 
@@ -86,7 +55,7 @@ ShardWriter::ShardWriter(std::string path, uint64_t vocab_size, uint64_t tokeniz
   if (fd_ < 0) throw InputError(tmp_path_ + ": cannot create shard: " + sys_error());
   unsigned char placeholder[kShardHeaderBytes] = {};
   write_all(fd_, placeholder, sizeof placeholder, tmp_path_);
-  block_.reserve(kBlockBytes);
+  block_.reserve(kHashBlockBytes);
 }
 
 ShardWriter::~ShardWriter() {
@@ -111,7 +80,7 @@ void ShardWriter::append(std::span<const int32_t> ids) {
     } else {
       put32(block_.data() + at, uint32_t(id));
     }
-    if (block_.size() == kBlockBytes) flush_block();
+    if (block_.size() == kHashBlockBytes) flush_block();
   }
   header_.token_count += ids.size();
 }
@@ -137,8 +106,8 @@ void ShardWriter::finish() {
   // The document index follows the tokens, hashed as further blocks of the same chain.
   std::vector<unsigned char> index(doc_ends_.size() * 8);
   for (size_t j = 0; j < doc_ends_.size(); ++j) put64(index.data() + 8 * j, doc_ends_[j]);
-  for (size_t off = 0; off < index.size(); off += kBlockBytes) {
-    const size_t n = std::min(kBlockBytes, index.size() - off);
+  for (size_t off = 0; off < index.size(); off += kHashBlockBytes) {
+    const size_t n = std::min(kHashBlockBytes, index.size() - off);
     header_.payload_hash = chain_block(header_.payload_hash, index.data() + off, n, blocks_++);
   }
   write_all(fd_, index.data(), index.size(), tmp_path_);
@@ -319,11 +288,11 @@ void Shard::verify() const {
   const unsigned char* p = state_->map + kShardHeaderBytes;
   const size_t n = size_t(h.token_count) * h.token_bytes;
   uint64_t hash = 0, index = 0;
-  for (size_t off = 0; off < n; off += kBlockBytes)
-    hash = chain_block(hash, p + off, std::min(kBlockBytes, n - off), index++);
+  for (size_t off = 0; off < n; off += kHashBlockBytes)
+    hash = chain_block(hash, p + off, std::min(kHashBlockBytes, n - off), index++);
   const size_t docs = h.has_document_index() ? size_t(h.doc_count) * 8 : 0;
-  for (size_t off = 0; off < docs; off += kBlockBytes)
-    hash = chain_block(hash, p + n + off, std::min(kBlockBytes, docs - off), index++);
+  for (size_t off = 0; off < docs; off += kHashBlockBytes)
+    hash = chain_block(hash, p + n + off, std::min(kHashBlockBytes, docs - off), index++);
   if (hash != h.payload_hash) throw InputError(state_->path + ": payload hash mismatch (corrupted tokens)");
   std::vector<int32_t> buf(1 << 16);
   for (int64_t at = 0; at < size(); at += int64_t(buf.size())) read(at, std::min<int64_t>(int64_t(buf.size()), size() - at), buf.data());

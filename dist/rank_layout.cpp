@@ -86,6 +86,26 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teach
   return l;
 }
 
+RankLayout make_student_layout(const ParallelConfig& cfg, int world_size) {
+  if (cfg.students < 1) throw InputError("parallel.students: must be at least 1, got " + std::to_string(cfg.students));
+  if (cfg.students != world_size)
+    throw InputError("world size " + std::to_string(world_size) + " does not match parallel.students (" +
+                     std::to_string(cfg.students) + "): a run from a teacher cache has no teacher ranks; launch " +
+                     std::to_string(cfg.students) + " ranks or change parallel.students");
+  RankLayout l;
+  l.students = static_cast<int>(cfg.students);
+  l.world_size = world_size;
+  l.order = RankOrder::kRoles;
+  l.ranks.resize(world_size);
+  for (int s = 0; s < world_size; ++s) {
+    RankInfo& r = l.ranks[s];
+    r.role = RankRole::kStudent;
+    r.student = s;
+    r.run = 0;
+  }
+  return l;
+}
+
 int RankLayout::teacher_rank(int pipeline, int stage) const {
   if (pipeline < 0 || pipeline >= teacher_pipelines || stage < 0 || stage >= teacher_stages)
     throw std::out_of_range("RankLayout::teacher_rank: no pipeline " + std::to_string(pipeline) +
@@ -139,6 +159,7 @@ GroupSlot RankLayout::slot(int rank, GroupKind kind) const {
       return {};
     case GroupKind::kLogitChannel:
       if (r.is_teacher()) return r.stage == teacher_stages - 1 ? GroupSlot{r.pipeline, 0} : GroupSlot{};
+      if (teacher_pipelines == 0) return {};  // students of a teacher cache: no channel
       return {r.pipeline, channel_rank(r.student, r.run)};
     case GroupKind::kStudents:
       if (r.is_student()) return {r.run, r.student};
@@ -161,7 +182,7 @@ std::string RankLayout::describe() const {
         << ", " << r.last_layer << ")";
     else
       o << (runs > 1 ? "run " + std::to_string(r.run) + " " : std::string()) << "student " << r.student
-        << ", fed by pipeline " << r.pipeline;
+        << (teacher_pipelines > 0 ? ", fed by pipeline " + std::to_string(r.pipeline) : ", targets from the teacher cache");
     o << "\n";
   }
   for (int t = 0; t < teacher_pipelines; ++t)

@@ -104,7 +104,7 @@ struct RankLayout {
   std::vector<RankInfo> ranks;  // indexed by world rank
 
   int teacher_ranks() const { return teacher_pipelines * teacher_stages; }
-  int students_per_pipeline() const { return students / teacher_pipelines; }
+  int students_per_pipeline() const { return teacher_pipelines > 0 ? students / teacher_pipelines : students; }
   // World rank of pipeline t's stage p, and of run r's student s.
   int teacher_rank(int pipeline, int stage) const;
   int student_rank(int student, int run = 0) const;
@@ -129,6 +129,12 @@ struct RankLayout {
 // `runs` > 1: R runs of S students share the teacher (world = T·P + R·S).
 RankLayout make_rank_layout(const ParallelConfig& cfg, int world_size, int teacher_layers, double head_layers = 0,
                             int runs = 1);
+
+// A job with no teacher ranks (distill.source = "cache": the students read a teacher cache): world =
+// parallel.students, rank s = student s, one students group; no pipeline, no logit channel (T = P = 0).
+// parallel.teacher_pipelines and teacher_stages are not used. InputError naming parallel.students
+// when the world size differs. Example: S = 4, world 4: ranks 0..3 = students 0..3, students = {0,1,2,3}.
+RankLayout make_student_layout(const ParallelConfig& cfg, int world_size);
 
 // Node-aware placement, from the hostname of every world rank (gathered at startup). Returns
 // warnings for the caller to log; on one node there is nothing to check.

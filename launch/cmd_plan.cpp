@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "config/input_error.h"
+#include "data/token_shards.h"
 #include "launch/command_line.h"
 #include "plan/cost_model.h"
 #include "plan/memory_model.h"
@@ -54,6 +55,7 @@ struct PlanCommand {
   std::string calibrate;
   int64_t cores = 0, threads = 1;
   double p2p_bw = 5e9;
+  double cache_tokens = 0;  // --study: the teacher cache's tokens (0: the training split, else the longest run)
   std::string layout;
   std::vector<std::string> check;
   size_t show = 8;
@@ -72,12 +74,57 @@ double run_tokens(const PlanInput& in, const PlanInput* budget_from) {
   return budget_from->total_tokens * layer_weight / weight / static_cast<double>(depth);
 }
 
+// The training split's tokens from its shard headers, or 0 when its shards are not there.
+double split_tokens(const std::string& path) {
+  double n = 0;
+  try {
+    for (const std::string& f : list_shard_files(path)) n += static_cast<double>(Shard::open(f).size());
+  } catch (const InputError&) {
+    return 0;
+  }
+  return n;
+}
+
+// study.teacher = "cache": the teacher once over the cache's tokens on study.cache_parts devices,
+// then every run on its students alone; and the cache's size on disk.
+void print_cache_cost(const StudyPlan& plan, const std::vector<PlanInput>& inputs, const std::vector<RunRates>& rates,
+                      const ClusterSpec& c, double alone_device_hours, bool chosen, double given_tokens) {
+  const Config& cfg = plan.jobs.front().config;
+  const int64_t devices = plan.spec.cache_parts;
+  const LayoutEstimate e = estimate_layout(inputs.front(), c, devices, 1, devices, RankOrder::kRoles);
+  double longest = 0;
+  for (const RunRates& r : rates) longest = std::max(longest, r.tokens);
+  const double split = split_tokens(cfg.data.train);
+  // cache.train_sequences = 0 caches the whole split: the runs' fresh documents (data orders by seed)
+  // lie all over it. Without the shards here, the longest run's tokens: a lower bound.
+  const double tokens = given_tokens > 0 ? given_tokens : cfg.cache.train_sequences == 0 && split > 0 ? split : longest;
+  const char* source = given_tokens > 0                                  ? "--cache-tokens"
+                       : cfg.cache.train_sequences == 0 && split > 0 ? "data.train, every token"
+                                                                        : "the longest run's; the whole split when its shards are here";
+  const CacheStudyCost cc = cache_study_cost(rates, tokens, e.teacher_tokens_per_s, devices);
+  std::printf("a teacher cache (study.teacher = \"cache\"%s): the teacher once over %.4g tokens (%s) on %lld devices, "
+              "%.1f job hours, %.0f device-hours; then each run on its students alone:\n"
+              "                    %10.0f device-hours, %8.1f job hours (%.2f x a teacher per run)\n",
+              chosen ? ", this study's" : "", tokens, source,
+              static_cast<long long>(devices), cc.cache_job_hours, cc.cache_device_hours, cc.device_hours, cc.job_hours,
+              cc.device_hours / alone_device_hours);
+  const int64_t bound = cache_bytes_per_token_bound(cfg.cache.samples, cfg.cache.topk, inputs.front().teacher.vocab);
+  std::printf("the cache on disk (cache.samples = %lld, cache.topk = %lld): at most %lld bytes/token (all K draws "
+              "distinct), %.2f TB for %.4g tokens; a peaked teacher draws fewer distinct ids (docs/cache.md)\n",
+              static_cast<long long>(cfg.cache.samples), static_cast<long long>(cfg.cache.topk),
+              static_cast<long long>(bound), static_cast<double>(bound) * tokens / 1e12, tokens);
+}
+
 // `deepen plan --study FILE`: every run's layout rated as the config gives it, then the study's
 // device-hours and job hours with a teacher per run and with the runs grouped to share one: the
 // groups as the study forms them, the caps of study.max_group_runs in the study's order, and runs of
-// equal length (study.group_by = "length") each group with the teacher pipelines that cost it least.
-void print_study_cost(const std::string& file, const std::vector<std::string>& sets, const ClusterSpec& c) {
+// equal length (study.group_by = "length") each group with the teacher pipelines that cost it least;
+// then with a teacher cache (print_cache_cost).
+void print_study_cost(const std::string& file, const std::vector<std::string>& sets, const ClusterSpec& c,
+                      double cache_tokens) {
   StudySpec spec = load_study(file);
+  const bool cached = spec.teacher == StudyTeacher::kCache;
+  spec.teacher = StudyTeacher::kLive;  // rated with a teacher, shared and not, and then with a cache
   spec.share_teacher = true;
   if (spec.launcher == Launcher::kDirect) spec.launcher = Launcher::kAuto;
   const StudyPlan plan = expand_study(spec, sets);
@@ -223,6 +270,7 @@ void print_study_cost(const std::string& file, const std::vector<std::string>& s
     std::printf("fewest device-hours: study.group_by = \"order\", max_group_runs = %zu (%.2f x a teacher per run)\n",
                 best_cap, best_order / cost.alone_device_hours);
   }
+  print_cache_cost(plan, inputs, rates, c, cost.alone_device_hours, cached, cache_tokens);
 }
 
 }  // namespace
@@ -232,6 +280,8 @@ void register_plan_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("plan", "cost model: teacher/student/logit-channel rates and the T, P, S to use");
   cmd->add_option("config", o->config, "deepen config (student, teacher, batch, curriculum); default: the paper's setup");
   cmd->add_option("--set", o->sets, "override a config key: section.key=value")->take_all();
+  cmd->add_option("--cache-tokens", o->cache_tokens,
+                  "--study: the tokens a teacher cache would hold (default: data.train's, else the longest run's)");
   cmd->add_option("--study", o->study,
                   "a study file: device-hours and job hours of its runs with a teacher each and sharing one "
                   "(study.share_teacher); --set applies to every run");
@@ -294,7 +344,7 @@ void register_plan_command(CLI::App& app) {
       return;
     }
     if (!o->study.empty()) {
-      print_study_cost(o->study, o->sets, c);
+      print_study_cost(o->study, o->sets, c, o->cache_tokens);
       return;
     }
     std::vector<LayoutEstimate> ranked;

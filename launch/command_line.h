@@ -36,5 +36,6 @@ void register_plan_command(CLI::App& app);      // cmd_plan.cpp
 void register_demo_command(CLI::App& app);      // cmd_demo.cpp
 void register_prep_command(CLI::App& app);      // cmd_prep.cpp
 void register_tokenize_command(CLI::App& app);  // cmd_tokenize.cpp
+void register_cache_command(CLI::App& app);     // cmd_cache.cpp
 
 }  // namespace deepen

@@ -24,6 +24,8 @@
 #include "run_folder/checkpoint_store.h"
 #include "run_folder/run_folder.h"
 #include "run_folder/step_time.h"
+#include "teacher_cache/cache_teacher_source.h"
+#include "teacher_cache/teacher_cache.h"
 #include "train/compute_threads.h"
 #include "train/shard_batch_source.h"
 #include "train/student_trainer.h"
@@ -140,12 +142,20 @@ int run_student_rank(const RankContext& c) {
   std::vector<int> student_ranks;
   for (int s = 0; s < layout.students; ++s) student_ranks.push_back(layout.student_rank(s, me.run));
   CommStudentGroup group(*c.groups.students, student_ranks);
-  ChannelTeacherSource teacher(*c.groups.logit_channel, c.plan.channel, plan.vocab,
-                               layout.teacher_rank(me.pipeline, layout.teacher_stages - 1), c.mpi.rank(), c.device,
-                               teacher_head_for_channel(c.plan, c.device));
   std::unique_ptr<BatchSource> real_batches;
   const std::unique_ptr<BatchSource> batches =
       inject_wrong_batch(make_shard_batch_source(plan, c.tokenizer), real_batches);
+  // The targets: the logit channel of this student's pipeline, or (no teacher ranks) the teacher
+  // cache, which student 0's start-up checks verified for every rank.
+  std::unique_ptr<TeacherSource> source;
+  if (c.plan.from_cache)
+    source = std::make_unique<CacheTeacherSource>(TeacherCache::open(plan.cfg.cache.dir), *batches, plan.cfg.cache.targets,
+                                                  c.device);
+  else
+    source = std::make_unique<ChannelTeacherSource>(*c.groups.logit_channel, c.plan.channel, plan.vocab,
+                                                    layout.teacher_rank(me.pipeline, layout.teacher_stages - 1),
+                                                    c.mpi.rank(), c.device, teacher_head_for_channel(c.plan, c.device));
+  TeacherSource& teacher = *source;
   const std::unique_ptr<TeacherSource> nan_teacher = inject_nan_targets(teacher, plan.cfg.run.name);
   const int64_t steps_done = c.steps_done.at(static_cast<size_t>(me.run));
   StudentRun run;
@@ -245,10 +255,11 @@ int run_planned_distributed_job(const JobPlan& plan, const JobOptions& options, 
   }
   // Every rank leaves the control plane before it waits for the others: a run that finished (a
   // shared teacher goes on for the longer runs) is then neither asked about a stop nor watched for
-  // progress. Rank 0 (a teacher in every order) hosts the coordinator: its leaving waits for every
-  // other rank's, so the job's exit code is known, and written (DEEPEN_EXIT_CODE_FILE), before any
-  // rank ends its process; a launcher that ends the job at the first non-zero exit (mpirun's
-  // default) then cuts off nothing, and one killed rank still ends the job.
+  // progress. Rank 0 (a teacher in every order; student 0 without teacher ranks, a run from a
+  // teacher cache) hosts the coordinator: its leaving waits for every other rank's, so the job's
+  // exit code is known, and written (DEEPEN_EXIT_CODE_FILE), before any rank ends its process; a
+  // launcher that ends the job at the first non-zero exit (mpirun's default) then cuts off nothing,
+  // and one killed rank still ends the job.
   control.shutdown(rc, message);
   world->barrier();
   return rc;

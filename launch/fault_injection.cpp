@@ -61,7 +61,7 @@ class NanTargetsAt : public TeacherSource {
     TeacherTargets t = inner_.targets(batch);
     if (batch.kind != BatchKind::kTrain || batch.student != student_ || batch.step != step_ || batch.index != 0) return t;
     const double nan = std::numeric_limits<double>::quiet_NaN();
-    for (at::Tensor* x : {&t.logits, &t.values, &t.hidden})
+    for (at::Tensor* x : {&t.logits, &t.values, &t.hidden, &t.entropy})
       if (x->defined()) *x = at::full_like(*x, nan);
     return t;
   }

@@ -76,7 +76,8 @@ JobPlan plan_single_process_job(const Config& cfg, bool distill, const Tokenizer
     run_cfg.parallel.students = 1;
   }
   const int64_t vocab = student_vocab_size(cfg, tokenizer);
-  if (distill) plan.teacher = plan_teacher(cfg, vocab, tokenizer);
+  plan.from_cache = distill && cfg.distill.source == DistillSource::kCache;
+  if (distill && !plan.from_cache) plan.teacher = plan_teacher(cfg, vocab, tokenizer);
   plan.channel = channel_format(cfg.distill, cfg.teacher.dtype);
   // The schedule reads a matched run's budget record: the one read of it in a job.
   plan.runs.push_back(make_run_plan(run_cfg, make_growth_schedule(run_cfg), vocab));
@@ -101,9 +102,17 @@ JobPlan plan_shared_teacher_job(const std::vector<Config>& runs, const std::stri
   plan.device = resolve_run_device(cfg.run.device, cuda_devices, cfg.source);
   plan.backend = world_backend(cfg.parallel.backend, plan.device, nccl_built, cfg.source);
   const int64_t vocab = student_vocab_size(cfg, tokenizer);
-  plan.teacher = plan_teacher(cfg, vocab, tokenizer);
-  plan.layout = make_rank_layout(cfg.parallel, world_size, static_cast<int>(plan.teacher->layers),
-                                 plan.teacher->head_layers, static_cast<int>(runs.size()));
+  plan.from_cache = cfg.distill.source == DistillSource::kCache;
+  if (plan.from_cache) {
+    // A run from a teacher cache: students only, each reading the cache (no teacher pass to share).
+    if (runs.size() > 1)
+      throw InputError(job_dir + ": runs with distill.source = \"cache\" have no teacher pass to share; run each alone");
+    plan.layout = make_student_layout(cfg.parallel, world_size);
+  } else {
+    plan.teacher = plan_teacher(cfg, vocab, tokenizer);
+    plan.layout = make_rank_layout(cfg.parallel, world_size, static_cast<int>(plan.teacher->layers),
+                                   plan.teacher->head_layers, static_cast<int>(runs.size()));
+  }
   plan.channel = channel_format(cfg.distill, cfg.teacher.dtype);
   for (const Config& run : runs) {  // bad budgets fail on every rank, early
     const int64_t run_vocab = student_vocab_size(run, tokenizer);

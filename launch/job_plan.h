@@ -43,7 +43,10 @@ struct JobPlan {
   const RunPlan& run() const { return runs.front(); }
   RunDevice device = RunDevice::kCpu;  // resolved: kCpu or kCuda
   Backend backend = Backend::kMpi;     // resolved: kMpi or kNccl (a single process: kMpi)
-  std::optional<TeacherPlan> teacher;  // none: pretraining (CE only)
+  std::optional<TeacherPlan> teacher;  // none: pretraining (CE only), or a run from a teacher cache
+  // distill.source = "cache": the targets come from cache.dir (teacher_cache/); no teacher is loaded
+  // and a distributed job has no teacher ranks (world = parallel.students).
+  bool from_cache = false;
   ChannelFormat channel;               // what the teacher sends each student (in-process too)
   std::optional<RankLayout> layout;    // distributed jobs: which rank is which
 };

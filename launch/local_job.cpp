@@ -13,6 +13,7 @@
 #include "model/cpu_kernel_choice.h"
 #include "model/teacher_stage.h"
 #include "run_folder/run_folder.h"
+#include "teacher_cache/cache_teacher_source.h"
 #include "train/compute_threads.h"
 #include "train/shard_batch_source.h"
 #include "train/student_group.h"
@@ -47,13 +48,18 @@ int run_job(const Config& cfg, const JobOptions& options, bool distill) {
     teacher = std::make_unique<LocalTeacher>(stage, plan.channel.topk ? plan.channel.k : 0, plan.run().loss.temperature,
                                              plan.run().loss.tail, plan.channel.vocab_chunk, head);
   }
+  // distill.source = "cache": the checked cache, read ahead while the student computes.
+  std::unique_ptr<CacheTeacherSource> cached;
+  if (plan.from_cache)
+    cached = std::make_unique<CacheTeacherSource>(checks.cache, *checks.batches, cfg.cache.targets, device);
+  TeacherSource* source = cached ? static_cast<TeacherSource*>(cached.get()) : teacher.get();
   SoloStudentGroup group;
   StudentRun run;
   run.plan = plan.run();
-  const std::unique_ptr<TeacherSource> nan_teacher = teacher ? inject_nan_targets(*teacher) : nullptr;
+  const std::unique_ptr<TeacherSource> nan_teacher = source ? inject_nan_targets(*source) : nullptr;
   run.tokenizer = tokenizer.get();
   run.batches = checks.batches.get();
-  run.teacher = nan_teacher ? nan_teacher.get() : teacher.get();
+  run.teacher = nan_teacher ? nan_teacher.get() : source;
   run.group = &group;
   run.device = device;
   run.resume = checks.steps_done > 0;

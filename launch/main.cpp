@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   deepen::register_demo_command(app);
   deepen::register_prep_command(app);
   deepen::register_tokenize_command(app);
+  deepen::register_cache_command(app);
   // Runs after parsing, before the chosen subcommand's callback: only the training jobs (train,
   // pretrain, and group, the runs sharing one teacher) have a control plane to turn a stop signal
   // into a coordinated stop.

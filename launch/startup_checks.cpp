@@ -13,6 +13,8 @@
 #include "run_folder/guard_events.h"
 #include "run_folder/progress.h"
 #include "run_folder/run_folder.h"
+#include "teacher_cache/cache_run_check.h"
+#include "teacher_cache/teacher_cache.h"
 #include "train/shard_batch_source.h"
 #include "train/student_trainer.h"
 
@@ -36,6 +38,15 @@ StartupChecks check_before_start(const RunPlan& run, const Tokenizer& tokenizer,
   if (print_progress && v.verified > 0)
     std::cerr << "deepen: verified " << v.verified << " of " << files.size() << " shards in full ("
               << static_cast<double>(v.verified_bytes) / 1e9 << " GB in " << v.seconds << " s; once per run)\n";
+  if (cfg.distill.source == DistillSource::kCache) {
+    CacheForRun c = open_cache_for_run(run, tokenizer, *checks.batches, cfg.run.out_dir);
+    checks.cache = c.cache;
+    checks.shards.insert(checks.shards.end(), c.verification.stamps.begin(), c.verification.stamps.end());
+    if (print_progress && c.verification.verified > 0)
+      std::cerr << "deepen: verified " << c.verification.verified << " teacher cache files in full ("
+                << static_cast<double>(c.verification.verified_bytes) / 1e9 << " GB in " << c.verification.seconds
+                << " s; once per run)\n";
+  }
   return checks;
 }
 

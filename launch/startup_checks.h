@@ -16,6 +16,7 @@
 namespace deepen {
 
 class Communicator;
+class TeacherCache;
 
 // What the checks found for one run: where it resumes, and the shards they verified.
 struct StartupChecks {
@@ -23,6 +24,7 @@ struct StartupChecks {
   std::string resume_checkpoint;  // the checkpoint folder it resumes from; empty for a fresh start
   std::vector<ShardStamp> shards;
   std::unique_ptr<BatchSource> batches;  // the data, opened (single process: the job's own)
+  std::shared_ptr<const TeacherCache> cache;  // distill.source = "cache": the cache, opened and checked
 };
 
 // In order, reading only (the caller then takes the run folder's lock, run_folder_lock.h, and checks
@@ -33,7 +35,9 @@ struct StartupChecks {
 //   3. the data: data.train and data.valid opened as the trainer opens them (missing shards, another
 //      tokenizer, too little validation data);
 //   4. every shard's tokens against its payload hash, once per shard per run
-//      (run_folder/verified_shards.h; a line on stderr says what it cost).
+//      (run_folder/verified_shards.h; a line on stderr says what it cost);
+//   5. with distill.source = "cache", the teacher cache (teacher_cache/cache_run_check.h: the cache is
+//      this config's, holds every sequence the run reads, its files hashed once per run).
 // Throws InputError naming the file and the reason.
 StartupChecks check_before_start(const RunPlan& run, const Tokenizer& tokenizer, bool resume, bool print_progress);
 

@@ -78,4 +78,25 @@ int64_t cheapest_pipelines(const std::vector<RunRates>& runs, const std::vector<
 std::vector<std::vector<size_t>> cheapest_groups(const std::vector<RunRates>& runs,
                                                  const std::vector<std::vector<size_t>>& classes, size_t max_runs = 0);
 
+// With a teacher cache (study.teacher = "cache"): one cache job runs the teacher once over
+// `cache_tokens` on `cache_devices` devices at `cache_tokens_per_s` (all of them together), then
+// every run holds only its S student devices, for tokens / student_tokens_per_s (no teacher, no
+// channel: reading the cache is assumed never to hold the students back; bench/cache_prefetch_bench
+// measures it). Job hours: the cache job, then the runs one after another.
+// Worked example (study_cost's two runs): the cache over 1e9 tokens on 8 devices at 1e5 tokens/s,
+// each run's 8 students at 2e5: cache 8 × 1e4 s = 22.2 device-hours; runs 2 × 8 × 5e3 s = 22.2;
+// 44.4 device-hours (a teacher per run: 88.9), 2.78 + 2 × 1.39 = 5.56 job hours.
+struct CacheStudyCost {
+  double cache_device_hours = 0, cache_job_hours = 0;  // the cache job
+  double device_hours = 0, job_hours = 0;              // the cache job and every run
+};
+CacheStudyCost cache_study_cost(const std::vector<RunRates>& runs, double cache_tokens, double cache_tokens_per_s,
+                                int64_t cache_devices);
+
+// Bytes a teacher cache stores per token (teacher_cache/cache_file.h's record): 4 (entropy) + the
+// count of distinct ids + per distinct id its id's delta and its count as varints, + 8·topk. At most
+// 4 + varint(K) + K·(varint(vocab − 1) + varint(K)) + 8·topk, when all K draws differ.
+// Examples: K = 64, vocab 151,936, no top-k -> at most 4 + 1 + 64·(3 + 1) = 261 bytes; K = 8 -> 37.
+int64_t cache_bytes_per_token_bound(int64_t samples, int64_t topk, int64_t vocab);
+
 }  // namespace deepen

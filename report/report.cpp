@@ -1,7 +1,6 @@
 // Study report: runs -> roles -> statistics, comparisons, crossover (see report.h).
 #include "report/report.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +17,7 @@
 
 #include "config/input_error.h"
 #include "config/layout_label.h"
+#include "report/cache_runs.h"
 #include "report/number_text.h"
 #include "report/paper_tables.h"
 #include "report/report_plots.h"
@@ -287,6 +287,7 @@ Report build_report(const std::vector<RunData>& runs) {
       report.roles.push_back(summarize_role(members, name, group.norm, group.kind, group.op, report.notes));
     }
   }
+  for (std::string& note : cache_run_notes(runs)) report.notes.push_back(std::move(note));
   // Table order: the kinds' order (core runs, controls, pretraining), the placements' order (pre,
   // post, peri, mix, pre_scaled), then by name.
   std::stable_sort(report.roles.begin(), report.roles.end(), [](const RoleSummary& a, const RoleSummary& b) {

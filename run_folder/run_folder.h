@@ -20,7 +20,7 @@ namespace deepen {
 //   cpu_kernels/rank<R>.json which fp32 CPU kernels "auto" chose on world rank R (model/cpu_kernel_choice.h);
 //                            a resumed rank takes them again, so its rounding repeats the first run's
 //   guard.jsonl              what the divergence guard did: skips, rollbacks, stops (run_folder/guard_events.h)
-//   verified_shards.json     the token shards this run has verified in full (run_folder/verified_shards.h)
+//   verified_shards.json     the token shards (and teacher cache files) this run has verified in full (run_folder/verified_shards.h)
 //   control.secret           the control plane's per-job secret (mode 0600), when generated
 //   train.log                the run's output when a study or the demo runs it with --log
 //   events.out.tfevents.<seconds>.<host>   TensorBoard event files of metrics and eval records, one

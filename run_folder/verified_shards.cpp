@@ -29,17 +29,18 @@ std::string hex64(uint64_t v) {
   return buf;
 }
 
-ShardStamp stamp_of(const Shard& shard) {
+ShardStamp stamp_of(const std::string& path, uint64_t payload_hash) {
   ShardStamp s;
-  s.path = fs::absolute(shard.path()).lexically_normal().string();
+  s.path = fs::absolute(path).lexically_normal().string();
   struct stat st {};
-  if (::stat(shard.path().c_str(), &st) != 0)
-    throw InputError(shard.path() + ": cannot stat shard: " + std::strerror(errno));
+  if (::stat(path.c_str(), &st) != 0) throw InputError(path + ": cannot stat: " + std::strerror(errno));
   s.bytes = static_cast<uint64_t>(st.st_size);
   s.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-  s.payload_hash = shard.header().payload_hash;
+  s.payload_hash = payload_hash;
   return s;
 }
+
+ShardStamp stamp_of(const Shard& shard) { return stamp_of(shard.path(), shard.header().payload_hash); }
 
 // The record's stamps; an unreadable or malformed record counts as empty (everything is verified
 // again, which is only slower).
@@ -69,6 +70,24 @@ ShardVerification verify_shards_once(const std::string& run_dir, const std::vect
     const ShardStamp stamp = stamp_of(shard);
     if (std::find(known.begin(), known.end(), stamp) == known.end()) {
       shard.verify();  // InputError "<path>: payload hash mismatch (corrupted tokens)"
+      ++v.verified;
+      v.verified_bytes += stamp.bytes;
+    }
+    v.stamps.push_back(stamp);
+  }
+  v.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return v;
+}
+
+ShardVerification verify_files_once(const std::string& run_dir, const std::vector<FileToVerify>& files,
+                                    const std::function<void(const FileToVerify&)>& verify) {
+  const std::vector<ShardStamp> known = recorded(run_dir);
+  ShardVerification v;
+  const auto start = std::chrono::steady_clock::now();
+  for (const FileToVerify& file : files) {
+    const ShardStamp stamp = stamp_of(file.path, file.hash);
+    if (std::find(known.begin(), known.end(), stamp) == known.end()) {
+      verify(file);
       ++v.verified;
       v.verified_bytes += stamp.bytes;
     }

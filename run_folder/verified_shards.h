@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,17 @@ struct ShardVerification {
 // the same stamp; throws InputError naming the first shard whose tokens do not match its hash.
 // Writes nothing: record_verified_shards does, once every start-up check has passed.
 ShardVerification verify_shards_once(const std::string& run_dir, const std::vector<std::string>& shard_files);
+
+// The same once-per-run verification for other inputs of the run that carry their own hash (a
+// teacher cache's files, teacher_cache/cache_run_check.h): each file whose stamp (size, modification
+// time and `hash`, the hash its header claims) the record does not hold is passed to `verify`, which
+// throws (InputError naming the file) when its bytes do not match; the stamps join the record.
+struct FileToVerify {
+  std::string path;
+  uint64_t hash = 0;
+};
+ShardVerification verify_files_once(const std::string& run_dir, const std::vector<FileToVerify>& files,
+                                    const std::function<void(const FileToVerify&)>& verify);
 
 // Replaces the record with `stamps` (temporary file + rename; throws naming the file on failure).
 void record_verified_shards(const std::string& run_dir, const std::vector<ShardStamp>& stamps);

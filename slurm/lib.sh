@@ -132,7 +132,7 @@ deepen_config_value() {
 # student 0 run 1).
 deepen_role_of() {
   local rank=$1 pipelines=$2 stages=$3 students=$4 order=${5:-roles} runs=${6:-1}
-  local per=$((students / pipelines)) s r
+  local per=$((pipelines > 0 ? students / pipelines : students)) s r  # 0 pipelines: a run from a teacher cache
   if [[ $order == pipelines ]]; then
     local group=$((stages + per * runs))
     local t=$((rank / group)) i=$((rank % group))
@@ -184,6 +184,17 @@ deepen_make_secret() {
     mv -f "$file.tmp" "$file")
 }
 
+# One part of a study's teacher cache, a line "cache CONFIG [--set ...] --out DIR --part I/N" of its
+# list (`deepen study --slurm` with study.teacher = "cache"): `deepen cache` in this one task, on its
+# GPU when it has one (run.device = "auto"); the part that completes the set writes the manifest.
+deepen_run_cache() {
+  local bin=${DEEPEN_BIN:-$DEEPEN_HOME/build/deepen}
+  deepen_log "teacher cache: $bin cache $*"
+  if [[ ${DEEPEN_DRY_RUN:-0} == 1 ]]; then deepen_log "dry run (DEEPEN_DRY_RUN=1): nothing started"; return 0; fi
+  if [[ ! -x $bin ]]; then deepen_log "$bin: not an executable (set DEEPEN_BIN or build first)"; return 2; fi
+  "$bin" cache "$@"
+}
+
 # Runs one deepen job step on the whole allocation: deepen_run_job CONFIG [deepen arguments...], or
 # deepen_run_job group GROUP_FILE [deepen group arguments...] for runs sharing one teacher (the
 # layout, run count and job folder then come from `deepen group FILE --print-job`).
@@ -220,12 +231,16 @@ deepen_run_job() {
     stages=$(deepen_config_value "$config" parallel teacher_stages 1 "$@")
     students=$(deepen_config_value "$config" parallel students 1 "$@")
     order=$(deepen_config_value "$config" parallel rank_order roles "$@")
+    # A run from a teacher cache (distill.source = "cache") has no teacher ranks: world = students.
+    if [[ $(deepen_config_value "$config" distill source teacher "$@") == cache ]]; then
+      pipelines=0 stages=0 order=roles
+    fi
   fi
   if [[ $order != roles && $order != pipelines ]]; then
     deepen_log "$config: parallel.rank_order: must be \"roles\" | \"pipelines\", got \"$order\""
     return 2
   fi
-  if ! ((pipelines >= 1 && stages >= 1 && students >= 1)); then
+  if ! (((pipelines >= 1 && stages >= 1 || pipelines + stages == 0) && students >= 1)); then
     deepen_log "$config: parallel.teacher_pipelines, teacher_stages and students must be >= 1, got $pipelines, $stages, $students"
     return 2
   fi

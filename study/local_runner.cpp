@@ -52,6 +52,18 @@ std::optional<int> read_exit_code_file(const std::string& path) {
 }  // namespace
 
 
+ProcessSpec cache_process(const StudyPlan& plan, const LaunchContext& ctx) {
+  ProcessSpec p;
+  p.argv = {ctx.deepen_exe, "cache", plan.spec.base};
+  for (const auto& o : plan.cache->overrides) {
+    p.argv.push_back("--set");
+    p.argv.push_back(o);
+  }
+  p.argv.push_back("--out");
+  p.argv.push_back(plan.cache->dir);
+  if (ctx.quiet) p.argv.push_back("--quiet");
+  return p;
+}
 
 ProcessSpec job_process(const StudyPlan& plan, const StudyJob& job, const LaunchContext& ctx) {
   ProcessSpec p;
@@ -84,6 +96,9 @@ std::string describe_plan(const StudyPlan& plan, const LaunchContext& ctx) {
   for (int64_t seed : s.seeds) out << " " << seed;
   out << ", jobs: " << plan.jobs.size() << ", output: " << s.out_dir << "\n"
       << "  order (layout = teacher pipelines x stages + students, then a rank order or sharding other than the default):\n";
+  if (plan.cache)
+    out << "  0. the teacher cache (study.teacher = \"cache\"), before every run: " << shell_join(cache_process(plan, ctx).argv)
+        << "\n     -> " << plan.cache->dir << "; the runs train from it with no teacher ranks\n";
   for (size_t k = 0; k < plan.jobs.size(); ++k) {
     const StudyJob& j = plan.jobs[k];
     const bool mpi = use_mpirun(s.launcher, j.world_size, !ctx.mpirun.empty());
@@ -191,6 +206,16 @@ int run_study(const StudyPlan& plan, const LaunchContext& ctx) {
     if (!in_plan && job_state(dir) != JobState::kFinished)
       throw InputError(plan.spec.source + ": run " + job.id() + " takes its budget from " + dir +
                        ", which has not finished and is not part of this invocation (drop --only or add that run)");
+  }
+  if (plan.cache) {
+    // The teacher cache first (a complete one is checked and kept: `deepen cache` returns at once).
+    const ProcessSpec p = cache_process(plan, ctx);
+    std::cout << "study: teacher cache " << plan.cache->dir << "\n  " << shell_join(p.argv) << "\n" << std::flush;
+    const int rc = run_process(p);
+    if (rc != kExitOk) {
+      std::cerr << "study: the teacher cache failed (exit " << rc << "); no run started\n";
+      return rc == kExitBadInput ? kExitBadInput : kExitFailure;
+    }
   }
   enum class Outcome { kPending, kDone, kDiverged, kFailed, kBadInput, kBlocked };
   std::vector<Outcome> outcome(plan.jobs.size(), Outcome::kPending);

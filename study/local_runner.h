@@ -25,12 +25,14 @@ struct LaunchContext {
 // The last `n` lines of a text file ("" if missing).
 std::string tail_lines(const std::string& path, size_t n);
 ProcessSpec job_process(const StudyPlan& plan, const StudyJob& job, const LaunchContext& ctx);
+// study.teacher = "cache": `<deepen> cache <base> --set ... --out <cache dir> --quiet?`, run before every job.
+ProcessSpec cache_process(const StudyPlan& plan, const LaunchContext& ctx);
 
 // The plan as the user sees it before anything runs: one line per job with its layout, curriculum,
 // dependency and state on disk, then the order.
 std::string describe_plan(const StudyPlan& plan, const LaunchContext& ctx);
 
-// Runs every job in order, skipping finished ones. A job whose dependency failed is skipped. Returns
+// Runs every job in order, skipping finished ones (with study.teacher = "cache", after the cache job). A job whose dependency failed is skipped. Returns
 // the exit code for the study: 0 all finished, 3 a run stopped for requeue (the study stops there;
 // rerunning the study resumes it), 2 some run had bad input, 1 some run failed.
 int run_study(const StudyPlan& plan, const LaunchContext& ctx);

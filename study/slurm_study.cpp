@@ -88,6 +88,16 @@ SlurmScripts slurm_scripts(const StudyPlan& plan, const SlurmOptions& o, const s
     list << "group " << g.source << " --quiet\n";
     tasks[u] = group_world_size(plan, units[u]);
   }
+  // study.teacher = "cache": the cache job's parts follow the runs' lines (indices units.size() + i),
+  // each a one-GPU task writing every cache_parts-th file; the part that completes the set writes
+  // the manifest, and every run waits for the whole cache array.
+  const int64_t cache_parts = plan.cache ? plan.spec.cache_parts : 0;
+  for (int64_t i = 0; i < cache_parts; ++i) {
+    std::string line = "cache " + without_spaces(base, "study.base");
+    for (const auto& ov : plan.cache->overrides) line += " --set " + without_spaces(ov, "the teacher cache");
+    line += " --out " + without_spaces(fs::absolute(plan.cache->dir).lexically_normal().string(), "study.cache_dir");
+    list << line << " --part " << i << "/" << cache_parts << " --quiet\n";
+  }
   s.study_list = list.str();
 
   auto resources = [&](int64_t n) {
@@ -123,7 +133,16 @@ SlurmScripts slurm_scripts(const StudyPlan& plan, const SlurmOptions& o, const s
       << "submit() { local id; id=$(sbatch --parsable \"${common[@]}\" \"$@\" \"$DEEPEN_HOME/slurm/study_array.sbatch\" \"$list\"); echo \"${id%%;*}\"; }\n"
       << "declare -A job  # array index -> \"<job id>_<index>\" once submitted\n"
       << "after() {  # the afterok list of the given indices that were submitted (finished ones need no wait)\n"
-      << "  local d=\"\" i; for i in \"$@\"; do [[ -n ${job[$i]:-} ]] && d+=\"${d:+:}${job[$i]}\"; done; echo \"$d\"; }\n";
+      << "  local d=${cache:-} i; for i in \"$@\"; do [[ -n ${job[$i]:-} ]] && d+=\"${d:+:}${job[$i]}\"; done; echo \"$d\"; }\n";
+  if (cache_parts > 0) {
+    const std::string manifest = (fs::absolute(plan.cache->dir) / "manifest.json").lexically_normal().string();
+    sub << "\n# The teacher cache (study.teacher = \"cache\"): " << cache_parts << " one-GPU task(s), before every run\n"
+        << "cache=\"\"\n"
+        << "if [[ -f " << shell_quote(manifest) << " ]]; then echo \"teacher cache: complete, skipped\"; else\n"
+        << "  cache=$(submit --array=" << units.size() << "-" << units.size() + static_cast<size_t>(cache_parts) - 1 << " "
+        << resources(1) << ")\n"
+        << "  echo \"teacher cache: array $cache\"\nfi\n";
+  }
   std::map<int64_t, std::vector<size_t>> independent;
   for (size_t u = 0; u < units.size(); ++u)
     if (unit_deps[u].empty()) independent[tasks[u]].push_back(u);
@@ -133,7 +152,8 @@ SlurmScripts slurm_scripts(const StudyPlan& plan, const SlurmOptions& o, const s
       sub << "if " << finished_test(u) << "; then echo \"" << unit_name(u) << ": finished, skipped\"; else idx+=(" << u
           << "); fi\n";
     sub << "if ((${#idx[@]})); then\n"
-        << "  id=$(submit --array=\"$(IFS=,; echo \"${idx[*]}\")\" " << resources(n) << ")\n"
+        << "  id=$(submit --array=\"$(IFS=,; echo \"${idx[*]}\")\" ${cache:+--dependency=afterok:$cache} " << resources(n)
+        << ")\n"
         << "  for i in \"${idx[@]}\"; do job[$i]=${id}_$i; done\n"
         << "  echo \"array $id: indices ${idx[*]}\"\nfi\n";
   }

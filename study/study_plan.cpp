@@ -2,9 +2,11 @@
 #include "study/study_plan.h"
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include <toml++/toml.h>
 
@@ -101,7 +103,16 @@ StudySpec parse_study(const std::string& toml_text, const std::string& source) {
     spec.max_group_runs = n->as_integer()->get();
   }
   r.known("max_group_runs");
+  std::string teacher = option_name(spec.teacher);
+  r.string("teacher", teacher);
+  r.string("cache_dir", spec.cache_dir);
+  if (const toml::node* n = study->get("cache_parts")) {
+    if (!n->is_integer() || n->as_integer()->get() < 1) r.fail("cache_parts", "expected an integer >= 1");
+    spec.cache_parts = n->as_integer()->get();
+  }
+  r.known("cache_parts");
   r.reject_unknown();
+  spec.teacher = parse_option<StudyTeacher>(teacher, source + ": study.teacher");
   if (base.empty()) r.fail("base", "required: the base config, relative to the study file");
   spec.base = fs::path(base).is_absolute() ? base : (fs::path(source).parent_path() / base).lexically_normal().string();
   if (spec.out_dir.empty()) r.fail("out_dir", "must not be empty");
@@ -173,6 +184,27 @@ StudyPlan expand_study(const StudySpec& spec, const std::vector<std::string>& ex
   for (const auto& r : spec.runs)
     for (int64_t s : r.seeds)
       if (std::find(all_seeds.begin(), all_seeds.end(), s) == all_seeds.end()) all_seeds.push_back(s);
+  // teacher = "cache": one cache for every run, made first from the base config and the study's set.
+  std::optional<StudyCacheJob> cache;
+  std::vector<std::string> cache_sets;
+  if (spec.teacher == StudyTeacher::kCache) {
+    if (spec.command != StudyCommand::kTrain)
+      throw InputError(spec.source + ": study.teacher = \"cache\": only \"train\" runs have a teacher");
+    if (spec.share_teacher)
+      throw InputError(spec.source + ": study.share_teacher: runs from a teacher cache (study.teacher = \"cache\") have "
+                       "no teacher pass to share; set one of them");
+    cache.emplace();
+    cache->dir = spec.cache_dir.empty() ? join_path(spec.out_dir, "cache") : spec.cache_dir;
+    cache_sets = {"distill.source=\"cache\"", "cache.dir=" + toml_quote(cache->dir)};
+    cache->overrides = spec.sets;
+    cache->overrides.insert(cache->overrides.end(), extra_sets.begin(), extra_sets.end());
+    cache->overrides.push_back("cache.dir=" + toml_quote(cache->dir));
+    try {
+      cache->config = load_config(spec.base, cache->overrides);
+    } catch (const InputError& e) {
+      throw InputError(std::string(e.what()) + " (study " + spec.source + ", its teacher cache)");
+    }
+  }
   std::vector<StudyJob> jobs;
   std::map<std::pair<std::string, int64_t>, size_t> index;
   for (int64_t seed : all_seeds) {
@@ -189,6 +221,7 @@ StudyPlan expand_study(const StudySpec& spec, const std::vector<std::string>& ex
       job.overrides.push_back("run.name=" + toml_quote(r.name));
       job.overrides.push_back("run.out_dir=" + toml_quote(job.out_dir));
       job.overrides.push_back("run.seed=" + std::to_string(seed));
+      job.overrides.insert(job.overrides.end(), cache_sets.begin(), cache_sets.end());
       index[{r.name, seed}] = jobs.size();
       jobs.push_back(std::move(job));
     }
@@ -236,7 +269,11 @@ StudyPlan expand_study(const StudySpec& spec, const std::vector<std::string>& ex
       }
     }
     const auto& p = job.config.parallel;
-    job.world_size = p.teacher_pipelines * p.teacher_stages + p.students;
+    job.world_size = cache ? p.students : p.teacher_pipelines * p.teacher_stages + p.students;
+    if (cache)
+      if (auto why = cache_share_difference(cache->config, job.config))
+        throw InputError(spec.source + ": run " + job.id() + " cannot train from the study's teacher cache: " + *why +
+                         " (the cache is made from study.base with the study's set)");
   }
 
   const std::vector<size_t> order = stable_topological_order(deps, names, spec.source);
@@ -244,6 +281,7 @@ StudyPlan expand_study(const StudySpec& spec, const std::vector<std::string>& ex
   for (size_t k = 0; k < order.size(); ++k) position[order[k]] = k;
   StudyPlan plan;
   plan.spec = spec;
+  plan.cache = cache;
   for (size_t k = 0; k < order.size(); ++k) {
     StudyJob job = jobs[order[k]];
     job.depends_on.clear();
@@ -277,6 +315,34 @@ StudyPlan expand_study(const StudySpec& spec, const std::vector<std::string>& ex
     plan.groups = plan_teacher_groups(plan.jobs, static_cast<size_t>(spec.max_group_runs), spec.group_by, spec.groups);
   }
   return plan;
+}
+
+std::optional<std::string> cache_share_difference(const Config& cache, const Config& run) {
+  auto shortest = [](double x) {  // the shortest text that reads back as x: 1 -> "1"
+    char buf[32];
+    return std::string(buf, std::to_chars(buf, buf + sizeof buf, x).ptr);
+  };
+  std::vector<std::tuple<std::string, std::string, std::string>> keys = {
+      {"data.tokenizer", cache.data.tokenizer, run.data.tokenizer},
+      {"data.train", cache.data.train, run.data.train},
+      {"data.valid", cache.data.valid, run.data.valid},
+      {"data.packing", option_name(cache.data.packing), option_name(run.data.packing)},
+      {"teacher.checkpoint", cache.teacher.checkpoint, run.teacher.checkpoint},
+      {"teacher.dtype", option_name(cache.teacher.dtype), option_name(run.teacher.dtype)},
+      {"distill.temperature", shortest(cache.distill.temperature), shortest(run.distill.temperature)},
+      {"cache.samples", std::to_string(cache.cache.samples), std::to_string(run.cache.samples)},
+      {"cache.seed", std::to_string(cache.cache.seed), std::to_string(run.cache.seed)},
+      {"cache.train_sequences", std::to_string(cache.cache.train_sequences), std::to_string(run.cache.train_sequences)},
+      {"cache.valid_sequences", std::to_string(cache.cache.valid_sequences), std::to_string(run.cache.valid_sequences)}};
+  if (run.data.packing == Packing::kDocuments)
+    keys.emplace_back("data.max_len", std::to_string(cache.data.max_len), std::to_string(run.data.max_len));
+  else
+    keys.emplace_back("data.seq_len", std::to_string(cache.data.seq_len), std::to_string(run.data.seq_len));
+  if (run.cache.targets == CacheTargets::kTopk)
+    keys.emplace_back("cache.topk", std::to_string(cache.cache.topk), std::to_string(run.cache.topk));
+  for (const auto& [key, a, b] : keys)
+    if (a != b) return key + ": " + a + " vs " + b;
+  return std::nullopt;
 }
 
 bool use_mpirun(Launcher launcher, int64_t world_size, bool mpirun_available) {

@@ -29,6 +29,15 @@ namespace deepen {
 //   max_group_runs = 4          # at most this many runs per shared teacher (0 = no cap); the
 //                               # channel sends each micro-batch to every run: `deepen plan --study`
 //                               # prices each cap
+//   teacher = "live"            # "live": each run's targets from a teacher of its own (or shared,
+//                               # share_teacher) | "cache": the study first writes one teacher cache
+//                               # (`deepen cache` of the base config with the study's `set`,
+//                               # docs/cache.md), then every run trains from it with no teacher ranks
+//                               # (distill.source = "cache"); every run must agree with the cache on
+//                               # what it is keyed on (data, teacher, τ, cache.*)
+//   cache_dir = "runs/x/cache"  # teacher = "cache": its folder (default <out_dir>/cache)
+//   cache_parts = 8             # teacher = "cache", --slurm: the cache job is an array of this many
+//                               # one-GPU tasks, each writing every cache_parts-th file
 //   group_by = "order"          # "order" | "length": runs of equal length only share a teacher (a
 //                               # group holds its devices for its longest run) | "listed": as the
 //                               # [[group]] tables below say; `deepen plan --study` prices each and
@@ -67,6 +76,9 @@ struct StudySpec {
   std::vector<StudyRunSpec> runs;  // in file order
   bool share_teacher = false;      // group runs that may share a teacher pass (train studies only)
   int64_t max_group_runs = 0;      // cap on a group's runs (0 = none)
+  StudyTeacher teacher = StudyTeacher::kLive;  // "live" | "cache"
+  std::string cache_dir;           // teacher = "cache": the cache folder ("" = <out_dir>/cache)
+  int64_t cache_parts = 8;         // teacher = "cache": Slurm array tasks of the cache job
   GroupBy group_by = GroupBy::kOrder;  // "order" | "length" | "listed" (study/teacher_groups.h)
   std::vector<std::vector<std::string>> groups;  // [[group]] runs = [...] (group_by = "listed")
 };
@@ -94,8 +106,17 @@ struct StudyGroup {
   std::vector<std::string> refused;  // runs that could not join, with the reason (for --dry-run)
 };
 
+// The cache job of a study with teacher = "cache": `deepen cache <base> --set <overrides> --out <dir>`,
+// before every run (each run gets distill.source = "cache" and cache.dir = <dir>).
+struct StudyCacheJob {
+  std::string dir;
+  std::vector<std::string> overrides;  // the study's set, the command line's, then cache.dir
+  Config config;                       // resolved
+};
+
 struct StudyPlan {
   StudySpec spec;
+  std::optional<StudyCacheJob> cache;  // teacher = "cache"
   std::vector<StudyJob> jobs;  // in execution order: every job after the jobs it depends on
   // With share_teacher: the groups, in an order where each comes after the groups holding the runs
   // its members wait for; every job in exactly one group. Without: empty (every job alone).
@@ -116,6 +137,14 @@ struct StudyPlan {
 // and post-joint-matched/seed1 gets curriculum.budget = "active_layer_tokens:<out>/post-grow/seed1".
 StudyPlan expand_study(const StudySpec& spec, const std::vector<std::string>& extra_sets = {},
                        const std::vector<std::string>& only = {});
+
+// The first setting a run from a study's teacher cache must share with the cache job's config and
+// does not, as "key: value in the cache's config vs value in the run", or nullopt: data.tokenizer,
+// data.train, data.valid, data.packing, data.seq_len (windows) or data.max_len (documents),
+// teacher.checkpoint, teacher.dtype, distill.temperature, cache.samples, cache.seed,
+// cache.train_sequences, cache.valid_sequences and, for cache.targets = "topk", cache.topk.
+// Example: a run with --set distill.temperature=2 -> "distill.temperature: 1 vs 2".
+std::optional<std::string> cache_share_difference(const Config& cache, const Config& run);
 
 // The teacher groups of a plan's jobs (study/teacher_groups.h's group_for_teacher over the jobs in
 // order). Example: the demo study with share_teacher and one seed: its eight runs read the same data

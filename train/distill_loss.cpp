@@ -44,8 +44,8 @@ Prepared prepare(const Tensor& hidden, const Tensor& weight, const TeacherTarget
   p.n = p.h.size(0);
   p.w = weight;
   p.acc = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  if (int{teacher.is_full()} + int{teacher.is_topk()} + int{teacher.is_hidden()} > 1)
-    throw InputError(where + "teacher targets must be one of full, top-k or hidden");
+  if (int{teacher.is_full()} + int{teacher.is_topk()} + int{teacher.is_hidden()} + int{teacher.is_sampled()} > 1)
+    throw InputError(where + "teacher targets must be one of full, top-k, hidden or sampled");
   if (o.alpha > 0 && teacher.empty()) throw InputError(where + "alpha > 0 needs teacher targets");
   if (o.alpha < 1 && !labels.defined()) throw InputError(where + "alpha < 1 needs labels for the CE term");
   if (teacher.is_full()) {
@@ -88,6 +88,28 @@ Prepared prepare(const Tensor& hidden, const Tensor& weight, const TeacherTarget
     p.t_idx = idx.reshape({p.n, k}).to(at::kLong).contiguous();
     if (((p.t_idx < 0) | (p.t_idx >= p.vocab)).any().item<bool>())
       throw InputError(where + "top-k index outside the vocabulary [0, " + std::to_string(p.vocab) + ")");
+  } else if (teacher.is_sampled()) {
+    p.mode = Mode::kSampled;
+    const Tensor& idx = teacher.sample_ids;
+    const Tensor& w = teacher.sample_weights;
+    const Tensor& h = teacher.entropy;
+    if (!w.defined() || w.sizes() != idx.sizes() || idx.dim() < 1 || idx.numel() != p.n * idx.size(-1))
+      throw InputError(where + "sampled ids " + shape_of(idx) + " and weights " + (w.defined() ? shape_of(w) : "(none)") +
+                       " must both be [" + std::to_string(p.n) + ", M]");
+    if (idx.scalar_type() != at::kLong && idx.scalar_type() != at::kInt)
+      throw InputError(where + "sampled ids must be int64 or int32");
+    if (!at::isFloatingType(w.scalar_type())) throw InputError(where + "sample weights must be floating point");
+    if (!h.defined() || h.numel() != p.n || !at::isFloatingType(h.scalar_type()))
+      throw InputError(where + "sampled targets need the teacher's entropy per token, [" + std::to_string(p.n) + "], got " +
+                       (h.defined() ? shape_of(h) : "(none)"));
+    const int64_t m = idx.size(-1);
+    p.t_idx = idx.reshape({p.n, m}).to(at::kLong).contiguous();
+    p.t_weights = w.reshape({p.n, m}).to(p.acc).contiguous();
+    p.t_entropy = h.reshape({p.n}).to(at::kDouble).contiguous();
+    if (m > 0 && ((p.t_idx < 0) | (p.t_idx >= p.vocab)).any().item<bool>())
+      throw InputError(where + "sampled id outside the vocabulary [0, " + std::to_string(p.vocab) + ")");
+    if (m > 0 && !((p.t_weights >= 0) & at::isfinite(p.t_weights)).all().item<bool>())
+      throw InputError(where + "sample weights must be finite and >= 0");
   }
   if (labels.defined()) {
     if (labels.numel() != p.n || !at::isIntegralType(labels.scalar_type(), false))
@@ -165,6 +187,9 @@ DistillLoss distill_loss_reference(const Tensor& hidden, const Tensor& head_weig
       const Tensor t = p.t_logits.defined() ? p.t_logits : at::matmul(p.t_hidden, p.t_head.t());
       const Tensor log_p = at::log_softmax(t.to(p.acc) / tau, 1);
       kl_tok = (at::exp(log_p) * (log_p - log_s)).sum(1);
+    } else if (p.mode == Mode::kSampled) {
+      // −Σ_j w_j log s^τ_{id_j} − H: autograd's gradient is the sampled form's, Σ_j w_j·s^τ − p̂.
+      kl_tok = (p.t_weights * -log_s.gather(1, p.t_idx)).sum(1) - p.t_entropy.to(p.acc);
     } else if (o.tail == TopkTail::kRenormalize) {
       const Tensor logq = at::log_softmax(p.t_values, 1);
       kl_tok = (at::exp(logq) * (logq - log_s.gather(1, p.t_idx))).sum(1);

@@ -41,6 +41,18 @@ namespace deepen {
 //        KL = Σ_j p_j (v_j − log s^τ_{id_j}) + r (log r − log u),   0·log 0 = 0.
 //        dKL/dz_i = (s^τ_i − p_i)/τ on K, and (s^τ_i − r·s^τ_i/u)/τ off K: the teacher's tail mass
 //        is spread over the non-top-k ids in proportion to the student's own tail.
+// sampled: the teacher's distribution estimated from K draws of it (Random Sampling KD, Anshumann et
+//        al., arXiv 2503.16870; what a teacher cache stores, teacher_cache/): ids id_j with weights
+//        w_j = c_j / K (c_j: how often id_j came up among K draws from p = p_T^τ, so Σ_j w_j = 1) and
+//        the teacher's entropy H = −Σ_i p_i log p_i. With p̂_i = Σ_{j: id_j = i} w_j, E[p̂_i] = p_i
+//        (each draw lands on i with probability p_i), and the loss takes
+//          KL̂ = Σ_j w_j (L_τ − z_{id_j}/τ) − H   (= CE(p̂, s^τ) − H(p): linear in p̂, so
+//          E[KL̂] = CE(p, s^τ) − H(p) = KL(p ‖ s^τ): unbiased, the value and its gradient)
+//        dKL̂/dz_i = (s^τ_i·Σ_j w_j − p̂_i)/τ,  E[dKL̂/dz_i] = (s^τ_i − p_i)/τ, the full form's.
+//        Not KL(p̂ ‖ s^τ): its entropy term −H(p̂) is biased (low); it would not change the gradient,
+//        only the value. Ids need not be distinct (their weights add); a weight of 0 counts for nothing.
+//        Unlike top-k, nothing is renormalised: the sampled ids carry the teacher's mass in
+//        expectation wherever it lies, the tail included.
 // CE:    dCE/dz_i = s_i − [i = y].
 // So dloss/dz_i = (α·τ·(s^τ_i − target_i) + (1−α)·(s_i − [i = y])) / n_counted, and
 // dloss/dh = Σ_chunks dz_c · W_c,  dloss/dW_c = dz_cᵀ · h.
@@ -121,6 +133,9 @@ struct TeacherTargets {
   at::Tensor indices;  // top-k: [N, k] int64 or int32, distinct within a row
   at::Tensor hidden;   // hidden: [N, Ht] the teacher's final normalised hidden states (fp32 or bf16)
   at::Tensor head;     // hidden: [V, Ht] the teacher's frozen LM head (lm_head, or its tied embedding)
+  at::Tensor sample_ids;      // sampled: [N, M] int64 or int32 ids drawn from p_T^τ (M per row, padded with weight 0)
+  at::Tensor sample_weights;  // sampled: [N, M] fp32 (or fp64) weights c_j / K, >= 0
+  at::Tensor entropy;         // sampled: [N] the teacher's entropy H(p_T^τ) in nats (the KL's constant term)
 
   static TeacherTargets none() { return {}; }
   static TeacherTargets full(at::Tensor logits) { return {std::move(logits), {}, {}}; }
@@ -128,10 +143,18 @@ struct TeacherTargets {
   static TeacherTargets from_hidden(at::Tensor hidden, at::Tensor head) {
     return {{}, {}, {}, std::move(hidden), std::move(head)};
   }
+  static TeacherTargets sampled(at::Tensor ids, at::Tensor weights, at::Tensor entropy) {
+    TeacherTargets t;
+    t.sample_ids = std::move(ids);
+    t.sample_weights = std::move(weights);
+    t.entropy = std::move(entropy);
+    return t;
+  }
   bool is_full() const { return logits.defined(); }
   bool is_topk() const { return values.defined(); }
   bool is_hidden() const { return hidden.defined(); }
-  bool empty() const { return !is_full() && !is_topk() && !is_hidden(); }
+  bool is_sampled() const { return sample_ids.defined(); }
+  bool empty() const { return !is_full() && !is_topk() && !is_hidden() && !is_sampled(); }
 };
 
 struct DistillLoss {
@@ -145,7 +168,7 @@ struct DistillLoss {
 // head_weight: [V, H] (the tied embedding or the LM head), in hidden's dtype or, for a bf16 student,
 // its fp32 master; labels: [...] int64 next-token ids, or
 // undefined (then α must be 1). Teacher: none (then α must be 0: the CE-only pretraining loss),
-// full, top-k or hidden. Eval: call it under at::NoGradGuard with τ = 1 to get KL(teacher‖student) and CE.
+// full, top-k, hidden or sampled. Eval: call it under at::NoGradGuard with τ = 1 to get KL(teacher‖student) and CE.
 // `workspace`: buffers kept between calls (nullptr: this call's own).
 // Throws InputError on mismatched shapes, ids outside [0, V), or a missing teacher/labels for α.
 DistillLoss distill_loss(const at::Tensor& hidden, const at::Tensor& head_weight, const TeacherTargets& teacher,

@@ -11,7 +11,7 @@
 
 namespace deepen::distill_detail {
 
-enum class Mode : int64_t { kNone = 0, kFull = 1, kTopk = 2 };
+enum class Mode : int64_t { kNone = 0, kFull = 1, kTopk = 2, kSampled = 3 };
 
 // The inputs flattened to rows and checked once, shared by the loss and the reference loss.
 struct Prepared {
@@ -22,7 +22,9 @@ struct Prepared {
   at::Tensor t_hidden;   // full, sent as hidden states: [N, Ht], with t_head [V, Ht] (t = t_hidden·t_headᵀ)
   at::Tensor t_head;
   at::Tensor t_values;   // top-k: [N, k] in the compute dtype
-  at::Tensor t_idx;      // top-k: [N, k] int64
+  at::Tensor t_idx;      // top-k, sampled: [N, k] int64
+  at::Tensor t_weights;  // sampled: [N, k] in the compute dtype (c_j / K)
+  at::Tensor t_entropy;  // sampled: [N] fp64, the teacher's entropy
   at::Tensor labels;     // [N] int64, or undefined
   at::Tensor valid;      // [N] bool: counted rows
   int64_t n = 0, hdim = 0, vocab = 0;

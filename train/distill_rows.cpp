@@ -122,6 +122,7 @@ RowResult distill_row(const RowTask& task, const Row& row) {
   const bool has_kl = task.target != Target::kNone;
   const bool bucket = task.target == Target::kTopkBucket;
   const bool topk = bucket || task.target == Target::kTopkRenormalize;
+  const bool sampled = task.target == Target::kSampled;
   const double inf = std::numeric_limits<double>::infinity();
   RowResult out;
   const float zy = task.ce ? z[row.label] : 0.0f;
@@ -129,6 +130,14 @@ RowResult distill_row(const RowTask& task, const Row& row) {
   // The student's logits at the teacher's ids, as the whole row is divided (x_K = z_K/τ). Bucket:
   // the ids are masked out of the row, which is then the tail alone (its sums need no 1 − Σ_K).
   std::vector<double> zk, xk;
+  if (sampled) {
+    // The student's logits at the drawn ids, divided as the whole row is (x = z/τ).
+    xk.resize(static_cast<size_t>(row.k));
+    for (int64_t j = 0; j < row.k; ++j) {
+      const float v = z[row.sample_ids[j]];
+      xk[static_cast<size_t>(j)] = tau1 ? v : v / tau;
+    }
+  }
   if (topk) {
     zk.resize(static_cast<size_t>(row.k));
     xk.resize(static_cast<size_t>(row.k));
@@ -152,6 +161,17 @@ RowResult distill_row(const RowTask& task, const Row& row) {
     L = ms + std::log(s[0]);
     T = mt + std::log(s[1]);
     kl = s[2] / s[1] - T + L;
+  } else if (sampled) {
+    // KL̂ = Σ_j w_j (L − x_j) − H (train/distill_loss.h); wsum = Σ_j w_j rides at the end of target.
+    L = ms + std::log(sum_exp(z, V, tau, ms));
+    double wsum = 0, cross = 0;
+    for (int64_t j = 0; j < row.k; ++j) {
+      const double w = row.sample_weights[j];
+      wsum += w;
+      cross += w * xk[static_cast<size_t>(j)];
+    }
+    kl = wsum * L - cross - row.entropy;
+    target.push_back(wsum);
   } else if (has_kl) {
     const double s = std::isinf(mz) ? 0.0 : sum_exp(z, V, tau, ms);
     if (!bucket) {
@@ -226,6 +246,14 @@ RowResult distill_row(const RowTask& task, const Row& row) {
                0, 0);
       for (int64_t j = 0; j < row.k; ++j) z[row.topk_ids[j]] -= c_kl * static_cast<float>(target[static_cast<size_t>(j)]);
       break;
+    case Target::kSampled: {
+      // (s^τ·Σw − p̂)·c_kl: the row's softmax scaled by the weights' sum, then each draw's weight off its id.
+      const double wsum = target.back();
+      write_dz(z, nullptr, V, tau, static_cast<float>(c_kl_d * wsum + (share ? c_ce_d : 0.0)), Lf, task.ce && !share, c_ce,
+               L1f, 0, 0);
+      for (int64_t j = 0; j < row.k; ++j) z[row.sample_ids[j]] -= c_kl * row.sample_weights[j];
+      break;
+    }
     case Target::kTopkBucket: {
       // Off the top k: the tail share s^τ·f (the masked top-k columns come out 0), then each top-k
       // column is written whole: α·τ·(s^τ_j − p_j) + (1 − α)·s_j.

@@ -12,7 +12,7 @@ namespace deepen::distill_rows {
 // teacher's weighted sum) and everything per row (log-sum-exps, KL, CE) in fp64. exp is
 // vexp_softmax (model/vector_exp.h, within 2 ulp: DistillRows.ExpIsWithinTwoUlps).
 
-enum class Target { kNone, kFull, kTopkRenormalize, kTopkBucket };
+enum class Target { kNone, kFull, kTopkRenormalize, kTopkBucket, kSampled };
 
 // What is the same for every row of a call.
 struct RowTask {
@@ -30,6 +30,9 @@ struct Row {
   const float* topk_values = nullptr;  // top-k: [k] log p_T^τ (see teacher_topk)
   const int64_t* topk_ids = nullptr;   // top-k: [k] distinct ids in [0, vocab)
   int64_t k = 0;
+  const int64_t* sample_ids = nullptr;     // sampled: [k] ids in [0, vocab) (repeats allowed)
+  const float* sample_weights = nullptr;   // sampled: [k] weights c_j / K (>= 0)
+  double entropy = 0;                      // sampled: the teacher's entropy H(p_T^τ)
   int64_t label = 0;                 // task.ce: the next-token id, in [0, vocab)
   double scale = 0;                  // dz = scale · d(α·τ²·KL + (1 − α)·CE)/dz (1 / counted rows)
 };

@@ -84,7 +84,13 @@ void rows_by_ops(const Tensor& z, const Tensor& t, const Prepared& p, int64_t r0
   const Tensor valid = p.valid.narrow(0, r0, r);
   const Tensor y = has_ce ? at::where(valid, p.labels.narrow(0, r0, r), 0).unsqueeze(1) : Tensor();
   const Tensor zy = has_ce ? z.gather(1, y).squeeze(1).to(at::kDouble) : Tensor();
-  Tensor idx, v, zk, xk;
+  Tensor idx, v, zk, xk, w, wsum;
+  if (p.mode == Mode::kSampled) {
+    idx = p.t_idx.narrow(0, r0, r);
+    w = p.t_weights.narrow(0, r0, r);
+    zk = z.gather(1, idx);
+    xk = tau1 ? zk : zk / tau;
+  }
   if (p.mode == Mode::kTopk) {
     idx = p.t_idx.narrow(0, r0, r);
     v = p.t_values.narrow(0, r0, r).to(at::kDouble);
@@ -109,6 +115,12 @@ void rows_by_ops(const Tensor& z, const Tensor& t, const Prepared& p, int64_t r0
     const Tensor logq = at::log_softmax(v, 1);
     q = at::exp(logq);
     kl = at::where(q > 0, q * (logq - xkd), at::zeros_like(q)).sum(1) + L;
+  } else if (p.mode == Mode::kSampled) {
+    // KL̂ = Σ_j w_j (L − x_j) − H (train/distill_loss.h).
+    L = lse_rows(x);
+    const Tensor wd = w.to(at::kDouble);
+    wsum = wd.sum(1);
+    kl = wsum * L - (wd * xkd).sum(1) - p.t_entropy.narrow(0, r0, r);
   } else if (bucket) {
     const Tensor l_tail = lse_rows(x);
     L = at::logaddexp(l_tail, at::logsumexp(xkd, 1));
@@ -139,12 +151,13 @@ void rows_by_ops(const Tensor& z, const Tensor& t, const Prepared& p, int64_t r0
   if (!has_kl) {
     dz = at::exp(z - L1.to(acc).unsqueeze(1)).mul_(c_ce);
   } else {
-    Tensor a = bucket ? c_kl_d * f : c_kl_d;
+    Tensor a = bucket ? c_kl_d * f : p.mode == Mode::kSampled ? c_kl_d * wsum : c_kl_d;
     if (share) a = a + c_ce_d;
     dz = at::exp(x - L.to(acc).unsqueeze(1)).mul_(a.to(acc).unsqueeze(1));
     if (has_ce && !share) dz.add_(at::exp(z - L1.to(acc).unsqueeze(1)).mul_(c_ce));
     if (p.mode == Mode::kFull) dz.sub_(at::exp(xt - T.to(acc).unsqueeze(1)).mul_(c_kl));
     if (p.mode == Mode::kTopk && !bucket) dz.scatter_add_(1, idx, -(c_kl * q.to(acc)));
+    if (p.mode == Mode::kSampled) dz.scatter_add_(1, idx, -(c_kl * w.to(acc)));
     if (bucket) {
       Tensor top = c_kl * (at::exp(xk - L.to(acc).unsqueeze(1)) - pk.to(acc));
       if (has_ce) top = top + c_ce * at::exp(zk - L1.to(acc).unsqueeze(1));
@@ -163,8 +176,9 @@ void rows_fused(const Tensor& z, const Tensor& t, const Prepared& p, int64_t r0,
   task.vocab = p.vocab;
   task.alpha = o.alpha;
   task.temperature = o.temperature;
-  task.target = p.mode == Mode::kFull   ? Target::kFull
-                : p.mode == Mode::kNone ? Target::kNone
+  task.target = p.mode == Mode::kFull      ? Target::kFull
+                : p.mode == Mode::kNone    ? Target::kNone
+                : p.mode == Mode::kSampled ? Target::kSampled
                 : o.tail == TopkTail::kBucket ? Target::kTopkBucket
                                               : Target::kTopkRenormalize;
   task.ce = p.labels.defined();
@@ -173,8 +187,10 @@ void rows_fused(const Tensor& z, const Tensor& t, const Prepared& p, int64_t r0,
   const float* tp = t.defined() ? t.data_ptr<float>() : nullptr;
   const bool* valid = p.valid.data_ptr<bool>();
   const int64_t* labels = task.ce ? p.labels.data_ptr<int64_t>() : nullptr;
-  const int64_t k = p.mode == Mode::kTopk ? p.t_values.size(1) : 0;
-  const float* values = k ? p.t_values.data_ptr<float>() : nullptr;
+  const int64_t k = p.mode == Mode::kTopk ? p.t_values.size(1) : p.mode == Mode::kSampled ? p.t_idx.size(1) : 0;
+  const float* values = k && p.mode == Mode::kTopk ? p.t_values.data_ptr<float>() : nullptr;
+  const float* weights = k && p.mode == Mode::kSampled ? p.t_weights.data_ptr<float>() : nullptr;
+  const double* entropy = p.mode == Mode::kSampled ? p.t_entropy.data_ptr<double>() : nullptr;
   const int64_t* ids = k ? p.t_idx.data_ptr<int64_t>() : nullptr;
   const int64_t V = p.vocab;
   at::parallel_for(0, r, 1, [&](int64_t begin, int64_t end) {
@@ -189,7 +205,10 @@ void rows_fused(const Tensor& z, const Tensor& t, const Prepared& p, int64_t r0,
       in.z = zr;
       in.teacher = tp ? tp + i * V : nullptr;
       in.topk_values = values ? values + row * k : nullptr;
-      in.topk_ids = ids ? ids + row * k : nullptr;
+      in.topk_ids = values && ids ? ids + row * k : nullptr;
+      in.sample_ids = weights && ids ? ids + row * k : nullptr;
+      in.sample_weights = weights ? weights + row * k : nullptr;
+      in.entropy = entropy ? entropy[row] : 0.0;
       in.k = k;
       in.label = labels ? labels[row] : 0;
       in.scale = inv_counted;

@@ -27,14 +27,6 @@ constexpr const char* kNeedsIndex = "data.packing = \"documents\"";
 // Documents are read back through the index, so a split needs only enough tokens for one of them.
 int64_t shard_window(const DataConfig& d) { return d.packing == Packing::kDocuments ? 2 : d.seq_len + 1; }
 
-ShardSet open_split(const std::string& path, const DataConfig& d, const Tokenizer& tok) {
-  ShardSet set = ShardSet::open(path, shard_window(d), static_cast<uint64_t>(tok.vocab_size()), tok.fingerprint());
-  if (d.packing == Packing::kDocuments) {
-    set.require_document_index(kNeedsIndex);
-    if (set.documents() == 0) throw InputError(path + ": no complete document in its index (" + kNeedsIndex + ")");
-  }
-  return set;
-}
 
 // The sampler's replay shard: documents only; grow runs replay it, joint runs continue past it.
 ReplayShard replay_shard(const Config& cfg, const ShardSet& train) {
@@ -49,15 +41,15 @@ class ShardBatchSource : public BatchSource {
   ShardBatchSource(const RunPlan& plan, const Tokenizer& tok)
       : ShardBatchSource(plan.cfg, plan.counts, tok) {}
   ShardBatchSource(const Config& cfg, const BatchCounts& counts, const Tokenizer& tok)
-      : documents_(cfg.data.packing == Packing::kDocuments),
+      : data_(cfg.data),
+        documents_(cfg.data.packing == Packing::kDocuments),
         seq_len_(cfg.data.seq_len),
-        max_len_(cfg.data.max_len),
         pad_id_(tok.eos_id()),
         micro_batch_(cfg.parallel.micro_batch),
         eval_batches_(counts.eval_batches),
         diagnostic_batch_(cfg.eval.diagnostic_batch),
-        train_(open_split(cfg.data.train, cfg.data, tok)),
-        valid_(open_split(cfg.data.valid, cfg.data, tok)),
+        train_(open_data_split(cfg.data.train, cfg.data, tok)),
+        valid_(open_data_split(cfg.data.valid, cfg.data, tok)),
         sampler_(static_cast<uint64_t>(data_order_seed(cfg)), documents_ ? train_.documents() : train_.sequences(),
                  {counts.students, counts.grad_accum, cfg.parallel.micro_batch}, replay_shard(cfg, train_)) {
     valid_count_ = documents_ ? valid_.documents() : valid_.sequences();
@@ -134,42 +126,57 @@ class ShardBatchSource : public BatchSource {
   }
 
   MicroBatch make(const ShardSet& set, const std::vector<int64_t>& items) const {
-    MicroBatch mb;
-    if (documents_) {
-      // Only the first max_len tokens of a document are read: a long document costs no more.
-      std::vector<std::vector<int64_t>> docs(items.size());
-      for (size_t r = 0; r < items.size(); ++r) {
-        const ShardSet::DocumentSpan d = set.document(items[r]);
-        docs[r].resize(static_cast<size_t>(std::min(d.tokens, max_len_)));
-        set.read(d.begin, static_cast<int64_t>(docs[r].size()), docs[r].data());
-      }
-      try {
-        PaddedDocuments p = pad_documents(docs, max_len_, pad_id_);
-        mb.inputs = std::move(p.inputs);
-        mb.labels = std::move(p.labels);
-      } catch (const std::invalid_argument& e) {
-        throw InputError(set.shards().front().path() + " (its split): " + e.what());
-      }
-    } else {
-      const int64_t rows = static_cast<int64_t>(items.size());
-      at::Tensor window = at::empty({rows, seq_len_ + 1}, at::kLong);
-      int64_t* out = window.data_ptr<int64_t>();
-      for (int64_t r = 0; r < rows; ++r) set.read_sequence(items[static_cast<size_t>(r)], out + r * (seq_len_ + 1));
-      mb.inputs = window.narrow(1, 0, seq_len_).contiguous();
-      mb.labels = window.narrow(1, 1, seq_len_).contiguous();
-    }
-    mb.checksum = ids_checksum(mb.inputs);
-    return mb;
+    return read_micro_batch(set, items, data_, pad_id_);
   }
 
+  DataConfig data_;
   bool documents_;
-  int64_t seq_len_, max_len_, pad_id_, micro_batch_, eval_batches_, diagnostic_batch_;
+  int64_t seq_len_, pad_id_, micro_batch_, eval_batches_, diagnostic_batch_;
   ShardSet train_, valid_;
   Sampler sampler_;
   int64_t valid_count_ = 0;  // validation items an eval may read
 };
 
 }  // namespace
+
+ShardSet open_data_split(const std::string& path, const DataConfig& d, const Tokenizer& tok) {
+  ShardSet set = ShardSet::open(path, shard_window(d), static_cast<uint64_t>(tok.vocab_size()), tok.fingerprint());
+  if (d.packing == Packing::kDocuments) {
+    set.require_document_index(kNeedsIndex);
+    if (set.documents() == 0) throw InputError(path + ": no complete document in its index (" + kNeedsIndex + ")");
+  }
+  return set;
+}
+
+MicroBatch read_micro_batch(const ShardSet& set, const std::vector<int64_t>& items, const DataConfig& data,
+                            int64_t pad_id) {
+  MicroBatch mb;
+  if (data.packing == Packing::kDocuments) {
+    // Only the first max_len tokens of a document are read: a long document costs no more.
+    std::vector<std::vector<int64_t>> docs(items.size());
+    for (size_t r = 0; r < items.size(); ++r) {
+      const ShardSet::DocumentSpan d = set.document(items[r]);
+      docs[r].resize(static_cast<size_t>(std::min(d.tokens, data.max_len)));
+      set.read(d.begin, static_cast<int64_t>(docs[r].size()), docs[r].data());
+    }
+    try {
+      PaddedDocuments p = pad_documents(docs, data.max_len, pad_id);
+      mb.inputs = std::move(p.inputs);
+      mb.labels = std::move(p.labels);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(set.shards().front().path() + " (its split): " + e.what());
+    }
+  } else {
+    const int64_t rows = static_cast<int64_t>(items.size()), seq_len = data.seq_len;
+    at::Tensor window = at::empty({rows, seq_len + 1}, at::kLong);
+    int64_t* out = window.data_ptr<int64_t>();
+    for (int64_t r = 0; r < rows; ++r) set.read_sequence(items[static_cast<size_t>(r)], out + r * (seq_len + 1));
+    mb.inputs = window.narrow(1, 0, seq_len).contiguous();
+    mb.labels = window.narrow(1, 1, seq_len).contiguous();
+  }
+  mb.checksum = ids_checksum(mb.inputs);
+  return mb;
+}
 
 std::unique_ptr<BatchSource> make_shard_batch_source(const RunPlan& plan, const Tokenizer& tokenizer) {
   return std::make_unique<ShardBatchSource>(plan, tokenizer);

@@ -2,6 +2,10 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
+
+#include "data/token_shards.h"
 
 #include "train/run_plan.h"
 #include "train/batch_source.h"
@@ -24,5 +28,15 @@ class Tokenizer;
 // batch: the first eval.diagnostic_batch validation items. Throws InputError for missing, empty or
 // inconsistent shards, or too little validation data.
 std::unique_ptr<BatchSource> make_shard_batch_source(const RunPlan& plan, const Tokenizer& tokenizer);
+
+// data.train or data.valid (`path`) opened as a run opens it: windows of data.seq_len + 1 tokens, or
+// (documents) with the document index required. InputError naming the file otherwise.
+ShardSet open_data_split(const std::string& path, const DataConfig& data, const Tokenizer& tokenizer);
+
+// The micro-batch of `items` (sequences, or with documents the documents) of `set`, read as a run
+// reads them (inputs, labels, padding, checksum; kind, step, student and index left at their
+// defaults). What the teacher cache's writer feeds its teacher (teacher_cache/).
+MicroBatch read_micro_batch(const ShardSet& set, const std::vector<int64_t>& items, const DataConfig& data,
+                            int64_t pad_id);
 
 }  // namespace deepen

@@ -96,6 +96,7 @@ inline Problem to_double(const Problem& p) {
 }
 inline TeacherTargets to_double(const TeacherTargets& t) {
   if (t.is_hidden()) return TeacherTargets::from_hidden(t.hidden.to(at::kDouble), t.head.to(at::kDouble));
+  if (t.is_sampled()) return TeacherTargets::sampled(t.sample_ids, t.sample_weights.to(at::kDouble), t.entropy.to(at::kDouble));
   return t.is_full() ? TeacherTargets::full(t.logits.to(at::kDouble))
                      : TeacherTargets::topk(t.values.to(at::kDouble), t.indices);
 }
@@ -174,6 +175,10 @@ inline Bounds derived_bounds(const Problem& p, const TeacherTargets& t, const Di
       }
       target = torch::softmax(tl / tau, 1);
       dz_abs = s_tau + target;
+    } else if (t.is_sampled()) {
+      // Sampled targets arrive as weights (processed in fp64, no teacher term): s^τ·Σw + p̂.
+      const Tensor idx = t.sample_ids.to(at::kLong), wt = t.sample_weights.to(at::kDouble);
+      dz_abs = s_tau * wt.sum(1, true) + torch::zeros({n_rows, V}, torch::kDouble).scatter_add(1, idx, wt);
     } else {
       const Tensor idx = t.indices.to(at::kLong), v = t.values.to(at::kDouble);
       const Tensor onk = torch::zeros({n_rows, V}, torch::kDouble).scatter(1, idx, 1.0);
