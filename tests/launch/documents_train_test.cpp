@@ -108,6 +108,7 @@ TEST(DocumentsTrain, EveryTokenCountIsTheRealTargetsOfTheStepsDocuments) {
   const int64_t real = target_tokens(diag.labels);
   ASSERT_LT(real, diag.labels.numel()) << "the diagnostic batch has no padding: the test lost its point";
   for (const auto& d : diags) {
+    if (d["event"] == "grown") continue;  // the CE change at a growth, no measurements of the blocks
     EXPECT_EQ(d["block_rms"].back()["all"]["count"].get<int64_t>(), real) << d.dump();
     EXPECT_EQ(d["residual"]["boundary"]["tokens"]["all"].get<int64_t>(), real) << d.dump();
   }

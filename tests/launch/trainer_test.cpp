@@ -47,6 +47,7 @@ TEST(Trainer, DiagnosticsMeasureTheCurriculumsBlocksOfSeveralLayers) {
   ASSERT_FALSE(diags.empty());
   bool saw_two_blocks = false;
   for (const auto& d : diags) {
+    if (d["event"] == "grown") continue;  // the CE change at a growth, no measurements of the blocks
     const int64_t depth = d["depth"].get<int64_t>();
     ASSERT_EQ(depth % 2, 0) << d.dump();
     EXPECT_EQ(d["block_layers"].get<int64_t>(), 2);
@@ -121,14 +122,25 @@ TEST(Trainer, GrowRunRecordsGrowthEventsEvalAndDiagnostics) {
     EXPECT_TRUE(evals[0]["stage_end"].get<bool>());
     EXPECT_FALSE(evals[1]["stage_end"].get<bool>());
 
-    // Diagnostics at both phase ends (the model a block is appended to), every 4 steps, and after
-    // the last step.
+    // Diagnostics at both phase ends (the model a block is appended to), the CE on the diagnostic
+    // batch just before and after each growth, every 4 steps, and after the last step.
     const auto diags = records(run, "diagnostics.jsonl");
     std::vector<std::pair<std::string, int64_t>> events;
     for (const auto& d : diags) events.emplace_back(d["event"].get<std::string>(), d["depth"].get<int64_t>());
-    EXPECT_EQ(events, (std::vector<std::pair<std::string, int64_t>>{
-                          {"stage_end", 1}, {"periodic", 2}, {"stage_end", 2}, {"periodic", 3}, {"final", 3}}));
+    EXPECT_EQ(events, (std::vector<std::pair<std::string, int64_t>>{{"stage_end", 1},
+                                                                    {"grown", 2},
+                                                                    {"periodic", 2},
+                                                                    {"stage_end", 2},
+                                                                    {"grown", 3},
+                                                                    {"periodic", 3},
+                                                                    {"final", 3}}));
     for (const auto& d : diags) {
+      if (d["event"] == "grown") {
+        EXPECT_EQ(d["depth_before"].get<int64_t>(), d["depth"].get<int64_t>() - 1) << d.dump();
+        EXPECT_TRUE(std::isfinite(d["ce_before"].get<double>()) && std::isfinite(d["ce_after"].get<double>()))
+            << d.dump();
+        continue;
+      }
       const int64_t depth = d["depth"].get<int64_t>();
       // One layer per block (curriculum.block_layers = 1): a boundary before every layer and after the last.
       ASSERT_EQ(d["block_rms"].size(), static_cast<size_t>(depth + 1)) << d.dump();
@@ -161,6 +173,7 @@ TEST(Trainer, GrowRunRecordsGrowthEventsEvalAndDiagnostics) {
     }
     for (const auto& e : evals) EXPECT_NEAR(e["val_ppl"].get<double>(), std::exp(e["val_ce"].get<double>()), 1e-9);
     for (const auto& d : diags) {
+      if (d["event"] == "grown") continue;
       const int64_t depth = d["depth"].get<int64_t>();
       const auto& residual = d["residual"];
       ASSERT_EQ(residual["entering"].size(), static_cast<size_t>(depth)) << d.dump();
