@@ -214,6 +214,16 @@ class Jobs:
     def printed_map(text):
         return {int(m.group(1)): (m.group(2), m.group(3)) for m in re.finditer(r"^rank (\d+) -> (\S+) \((.*)\)$", text, re.M)}
 
+    def check_map(self, what, text, where, want_roles, first_node):
+        """The rank -> host -> role map slurm/lib.sh printed: shown, equal to where each rank ran, the
+        roles wanted, the coordinator on the first node."""
+        printed = self.printed_map(text)
+        print(f"{what}: rank -> host -> role as slurm/lib.sh printed it: " +
+              ", ".join(f"{r} -> {h} ({role})" for r, (h, role) in sorted(printed.items())))
+        assert {r: h for r, (h, _) in printed.items()} == where, f"{what}: printed map {printed}, ranks ran {where}"
+        assert [printed[r][1].split()[0] for r in range(len(want_roles))] == want_roles, f"{what}: roles {printed}"
+        assert f"coordinator {first_node}" in text, f"{what}: the coordinator must be on the first node:\n{text[-2000:]}"
+
     # ---- jobs ----
     def submit(self, c, name, sets, launcher, nodes=2, tasks_per_node=2, env=None, sbatch_args=()):
         out = os.path.join(self.work, f"multinode-{name}")
@@ -243,12 +253,7 @@ class Jobs:
         assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", \
             f"job {job}: {info['JobState']} {info['ExitCode']}\n{text[-4000:]}"
         what = f"{name} (job {job}, {launcher}, {took:.1f} s)"
-        printed = self.printed_map(text)
-        print(f"{what}: rank -> host -> role as slurm/lib.sh printed it: " +
-              ", ".join(f"{r} -> {h} ({role})" for r, (h, role) in sorted(printed.items())))
-        assert {r: h for r, (h, _) in printed.items()} == where, f"{what}: printed map {printed}, ranks ran {where}"
-        assert [printed[r][1].split()[0] for r in range(4)] == want_roles, f"{what}: roles {printed}"
-        assert f"coordinator {nodes[0]}" in text, f"{what}: the coordinator must be on the first node:\n{text[-2000:]}"
+        self.check_map(what, text, where, want_roles, nodes[0])
         self.report_transport(what, where, across, shm, before, after, expect_across)
         self.compare(run_dir, refs, what)
 
@@ -349,13 +354,8 @@ class Jobs:
         assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", \
             f"group job {job}: {info['JobState']} {info['ExitCode']}\n{text[-4000:]}"
         what = f"group of two runs across n1, n2 (job {job}, srun, {took:.1f} s)"
-        printed = self.printed_map(text)
-        print(f"{what}: rank -> host -> role as slurm/lib.sh printed it: " +
-              ", ".join(f"{r} -> {h} ({role})" for r, (h, role) in sorted(printed.items())))
-        assert {r: h for r, (h, _) in printed.items()} == where, f"{what}: printed map {printed}, ranks ran {where}"
         assert where == {0: "n1", 1: "n1", 2: "n2", 3: "n2"}, f"{what}: ranks ran {where}"
-        assert [printed[r][1].split()[0] for r in range(4)] == ["teacher", "teacher", "student", "student"], printed
-        assert f"coordinator {nodes[0]}" in text, f"{what}: the coordinator must be on the first node:\n{text[-2000:]}"
+        self.check_map(what, text, where, ["teacher", "teacher", "student", "student"], nodes[0])
         # The last stage (rank 1) sends both runs' logits across; the runs' students share nothing.
         self.report_transport(what, where, across, shm, before, after, expect_across=[1, 2, 3])
         for name, _ in runs:
