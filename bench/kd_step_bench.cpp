@@ -48,6 +48,7 @@
 #include "train/adamw.h"
 #include "train/compute_threads.h"
 #include "train/distill_loss.h"
+#include "train/large_buffer_allocator.h"
 
 using deepen::median;
 
@@ -61,6 +62,7 @@ struct Options {
   double alpha = 0.7, tau = 1.0, lr = 3e-4, grad_clip = 1.0;
   std::string targets = "logits", kernels = "auto", teacher, profile;
   bool baseline = true;
+  bool malloc_only = false;  // LibTorch's default allocator for deepen's side, not the large-buffer one
   std::vector<std::string> python_env;
 };
 
@@ -80,6 +82,7 @@ double cpu_ms() {
 
 int run(const Options& o) {
   namespace fs = std::filesystem;
+  if (!o.malloc_only) deepen::install_large_buffer_allocator();
   deepen::set_compute_threads(o.threads);
   const fs::path dir = fs::temp_directory_path() / ("deepen_kd_bench_" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -293,6 +296,7 @@ int main(int argc, char** argv) {
   app.add_option("--teacher", o.teacher, "a Qwen3 HF folder of these shapes (default: made with scripts/random_qwen3.py)");
   app.add_option("--python-env", o.python_env, "NAME=VALUE added to the Python baseline's environment");
   app.add_flag("!--no-baseline", o.baseline, "skip the Python side");
+  app.add_flag("--malloc", o.malloc_only, "deepen's side on LibTorch's default allocator (glibc malloc), not the large-buffer allocator the deepen binary installs");
   app.add_option("--profile", o.profile, "chrome traces of one step: deepen's at PATH, PyTorch's at PATH.pytorch.json");
   CLI11_PARSE(app, argc, argv);
   std::signal(SIGPIPE, SIG_IGN);

@@ -9,6 +9,7 @@
 #include "config/input_error.h"
 #include "dist/control/stop_signals.h"
 #include "launch/command_line.h"
+#include "train/large_buffer_allocator.h"
 
 namespace {
 
@@ -26,6 +27,8 @@ __attribute__((section(".preinit_array"), used)) void (*const preinit_stop_signa
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any tensor: large CPU buffers from kept huge-page mappings (train/large_buffer_allocator.h).
+  deepen::install_large_buffer_allocator();
   CLI::App app{"deepen: distil a Qwen3 teacher into a student that grows in depth"};
   app.require_subcommand(1);
   // One line per subcommand; each is defined in launch/cmd_<name>.cpp.

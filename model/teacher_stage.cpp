@@ -130,6 +130,13 @@ void TeacherStage::head_into(const at::Tensor& hidden, const at::Tensor& out) co
     throw std::invalid_argument("TeacherStage::head_into: expected a contiguous [" + std::to_string(n) + ", " +
                                 std::to_string(config_.vocab_size) + "] output");
   const bool in_place = out.scalar_type() == dtype_ && out.device() == device_;
+  if (in_place) {
+    // No temporary to bound: one GEMM, which packs the [vocab, hidden] weight once instead of once
+    // per chunk (on 2 CPU cores, chunks of 110 rows ran the head at 0.6x the one GEMM's rate).
+    at::Tensor dst = out;
+    at::mm_out(dst, rows.to(device_, dtype_), head_weight_.t());
+    return;
+  }
   const int64_t step = head_rows();
   for (int64_t r0 = 0; r0 < n; r0 += step) {
     const int64_t r = std::min(step, n - r0);

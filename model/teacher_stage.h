@@ -55,9 +55,10 @@ class TeacherStage : public torch::nn::Module {
   // dtype, any device, contiguous), head_rows() rows at a time: each chunk is computed in the
   // stage's dtype on its device, then cast and copied into its rows of `out`, so nothing of the
   // whole [rows, vocab] exists besides `out` (at the paper's micro-batch, 16,384 x 151,936 logits:
-  // 4.98 GB in bf16, 9.96 GB in fp32). forward() goes through the same chunks, so a teacher in the
-  // student's process and one behind a logit channel compute the same logits bit for bit. Needs a
-  // stage with the head (is_last, with_head).
+  // 4.98 GB in bf16, 9.96 GB in fp32). An `out` in the stage's dtype and device needs no chunk
+  // buffer: it is written by one GEMM. forward() goes through the same call, so a teacher in the
+  // student's process and one behind a logit channel of the stage's dtype compute the same logits
+  // bit for bit. Needs a stage with the head (is_last, with_head).
   void head_into(const at::Tensor& hidden, const at::Tensor& out) const;
   // Rows per head_into chunk: about 64 MiB of fp32 logits (110 rows at vocab 151,936), at least 1.
   int64_t head_rows() const;

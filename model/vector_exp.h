@@ -14,6 +14,13 @@
 #define DEEPEN_CLONES
 #endif
 
+// For a loop body a DEEPEN_CLONES function calls (a template instantiated per flag, a helper): it
+// must be inlined into each clone to be compiled at that clone's vector width. Left to its cost
+// model, GCC kept the loss's main pass (train/distill_rows.cpp, full_sums_impl, called twice per
+// clone) out of line, built for base x86-64 (SSE2): 4-5x slower than its AVX-512 clone. The
+// `layout.kernel_clones` test fails if an *_impl body is left out of line.
+#define DEEPEN_CLONE_BODY [[gnu::always_inline]] inline
+
 namespace deepen::kernels {
 
 // libm's expf does not vectorize without -ffast-math, so the fused kernels use Cephes' expf,
@@ -24,7 +31,7 @@ namespace deepen::kernels {
 // 1.5 * 2^23 (round-to-nearest, exact for |x / ln 2| < 2^22; |r| <= ln2 / 2 as with Cephes'
 // floor(x / ln 2 + 0.5)), and 2^n is built in the exponent bits by bit_cast (a memcpy there kept
 // GCC 12 from vectorizing: SwiGLU ran scalar, 6-10x slower than ATen).
-inline float vexp(float x) {
+DEEPEN_CLONE_BODY float vexp(float x) {
   x = std::min(std::max(x, -87.0f), 88.0f);
   const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
@@ -41,7 +48,7 @@ inline float vexp(float x) {
 // e^x for the shifted logits of a softmax (x <= 0): 0 below -87, where e^x < 1.7e-38 is below
 // anything a sum of terms that include e^0 = 1 can hold, and for -inf (a masked column), which
 // vexp's clamp would otherwise turn into e^-87.
-inline float vexp_softmax(float x) {
+DEEPEN_CLONE_BODY float vexp_softmax(float x) {
   const float e = vexp(x);
   return x < -87.0f ? 0.0f : e;
 }

@@ -26,12 +26,12 @@ float max_of(const float* x, int64_t n) {
 
 // x/τ exactly as the ATen path divides a tensor by τ (one fp32 division; none at τ = 1).
 template <bool kTau1>
-inline float scaled(float x, float tau) {
+DEEPEN_CLONE_BODY float scaled(float x, float tau) {
   return kTau1 ? x : x / tau;
 }
 
 template <bool kTau1>
-inline double sum_exp_impl(const float* z, int64_t n, float tau, float m) {
+DEEPEN_CLONE_BODY double sum_exp_impl(const float* z, int64_t n, float tau, float m) {
   double s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(vexp_softmax(scaled<kTau1>(z[i], tau) - m));
@@ -45,7 +45,7 @@ double sum_exp(const float* z, int64_t n, float tau, float m) {
 }
 
 template <bool kTau1>
-inline void full_sums_impl(const float* z, const float* t, int64_t n, float tau, float ms, float mt, double* out) {
+DEEPEN_CLONE_BODY void full_sums_impl(const float* z, const float* t, int64_t n, float tau, float ms, float mt, double* out) {
   double ss = 0, st = 0, w = 0;
 #pragma omp simd reduction(+ : ss, st, w)
   for (int64_t i = 0; i < n; ++i) {
@@ -69,7 +69,7 @@ void full_sums(const float* z, const float* t, int64_t n, float tau, float ms, f
 }
 
 template <bool kTau1, bool kCe, bool kTeacher>
-inline void dz_impl(float* z, const float* t, int64_t n, float tau, float a, float L, float b, float L1, float c,
+DEEPEN_CLONE_BODY void dz_impl(float* z, const float* t, int64_t n, float tau, float a, float L, float b, float L1, float c,
                     float T) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
