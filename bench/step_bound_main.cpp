@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/machine_load.h"
 #include "bench/step_bound.h"
 #include "train/compute_threads.h"
 
@@ -63,8 +64,11 @@ int main(int argc, char** argv) {
   try {
     deepen::set_compute_threads(threads);
     const deepen::bench::StepBound b = deepen::bench::measure_step_bound(shape, parameters, bo);
+    std::fprintf(stderr, "load average after measuring: %s\n", deepen::bench::load_average().c_str());
     deepen::bench::print_step_bound(stderr, b);
-    std::cout << deepen::bench::to_json(b).dump() << std::endl;
+    nlohmann::json j = deepen::bench::to_json(b);
+    j["load_average"] = deepen::bench::load_average();
+    std::cout << j.dump() << std::endl;
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "step_bound: %s\n", e.what());
