@@ -1,9 +1,10 @@
 // One whole distillation step at Qwen3's vocabulary, deepen against the same step written plainly in
-// PyTorch + transformers (bench/kd_step_bench.py), measured side by side in one run.
+// PyTorch + transformers (bench/kd_step_bench.py) at its best, and against the step's GEMM bound, in one run.
 //
 //   build-x/bench/kd_step_bench [--threads 2] [--batch 4] [--seq 256] [--steps 6] [--warmup 2]
 //                               [--alpha 0.7] [--tau 1] [--row-chunk 0] [--targets logits|hidden]
-//                               [--teacher DIR] [--profile PATH]
+//                               [--baselines eager,eager+hugetlb,compile+hugetlb,eager+tcmalloc,eager+jemalloc]
+//                               [--no-bound] [--teacher DIR] [--profile PATH]
 //
 // Step (both sides): teacher forward (no grad), student forward, α·τ²·KL + (1 − α)·CE over the full
 // vocabulary, backward, global-norm clip (1.0), AdamW (lr 3e-4, betas 0.9/0.95, decay 0.1 on
@@ -18,13 +19,29 @@
 // the next token, each sequence's last position taking its first (every position counts).
 // --targets hidden: deepen's teacher runs without its head and the loss makes the teacher's logits
 // chunk by chunk (distill.logits = "hidden" in one process); the baseline stays the same.
-// Method as student_step_bench: after warm-up, deepen and Python steps alternate one by one, so both
-// see the same load on a shared machine; each side's median step gives its tokens/s; every step's
-// time is printed, and deepen's time by part (teacher, forward+loss, backward, clip+AdamW).
+//
+// Baselines, each its own Python child (--baselines, default all that can run here): a variant is
+// "eager" or "compile" (torch.compile of the teacher forward, the student forward + loss and the clip
+// + AdamW step, compiled in the warm-up), then "+hugetlb" (GLIBC_TUNABLES=glibc.malloc.hugetlb=1:
+// glibc asks for transparent huge pages on its mmap'd chunks, so each [N, V] fp32 tensor, 622 MB, is
+// faulted in 2 MB pages instead of 4 KB ones), "+tcmalloc" or "+jemalloc" (LD_PRELOAD of the
+// library, skipped with a note where it is not installed), or nothing (glibc's defaults). Why all:
+// a plain PyTorch user can set any of these without writing code, so the ratio that counts is against
+// the fastest; each one's is printed too.
+// Method as student_step_bench: after warm-up, deepen's step and each baseline's alternate one by one
+// (deepen, A, B, ..., deepen, A, ...), so all see the same load on a shared machine; each side's
+// median step gives its tokens/s (with --steps 3, the median of three alternated steps); every step's
+// time is printed, and each side's time by part (teacher, forward+loss, backward, clip+AdamW).
+// First-step loss, KL and CE of every baseline must equal deepen's within 1e-5 relative (printed).
+// Bound (bench/step_bound.h): the step's GEMMs timed with at::mm at their shapes and AdamW's bytes over
+// a measured bandwidth, after the alternated steps, in this process at --threads; deepen's median step
+// is printed as a share of it ("x% of the bound", as MFU is on a GPU) and part by part.
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -40,7 +57,9 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 
 #include "bench/median.h"
-#include "bench/python_child.h"
+#include "bench/baseline_variants.h"
+#include "bench/machine_load.h"
+#include "bench/step_bound.h"
 #include "model/student.h"
 #include "model/student_io.h"
 #include "model/teacher_stage.h"
@@ -51,18 +70,25 @@
 #include "train/large_buffer_allocator.h"
 
 using deepen::median;
+using deepen::bench::BaselineVariant;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Every baseline variant this bench knows, in the order it runs them by default.
+constexpr const char* kAllBaselines = "eager,eager+hugetlb,compile+hugetlb,eager+tcmalloc,eager+jemalloc";
+// First-step loss, KL and CE: a baseline agrees with deepen when each is within this relative distance.
+constexpr double kLossTolerance = 1e-5;
+
 struct Options {
   int64_t threads = 2, batch = 4, seq = 256, steps = 6, warmup = 2, vocab = 151936;
   int64_t teacher_layers = 4, student_layers = 3, row_chunk = 0;
   double alpha = 0.7, tau = 1.0, lr = 3e-4, grad_clip = 1.0;
-  std::string targets = "logits", kernels = "auto", teacher, profile;
-  bool baseline = true;
+  std::string targets = "logits", kernels = "auto", teacher, profile, baselines = kAllBaselines;
+  bool baseline = true, bound = true;
   bool malloc_only = false;  // LibTorch's default allocator for deepen's side, not the large-buffer one
+  int bound_reps = 3;
   std::vector<std::string> python_env;
 };
 
@@ -80,10 +106,61 @@ double cpu_ms() {
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
 }
 
+double peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024;
+}
+
+// Median of each step part (teacher, forward+loss, backward, clip+AdamW) over the timed steps.
+struct Parts {
+  double ms[4] = {0, 0, 0, 0};
+  double cpu[4] = {0, 0, 0, 0};  // the same parts' process CPU time: below threads x wall, a part runs on fewer threads
+};
+Parts median_parts(const std::vector<Parts>& steps) {
+  Parts m;
+  for (int k = 0; k < 4; ++k) {
+    std::vector<double> w, c;
+    for (const Parts& p : steps) {
+      w.push_back(p.ms[k]);
+      c.push_back(p.cpu[k]);
+    }
+    m.ms[k] = median(w);
+    m.cpu[k] = median(c);
+  }
+  return m;
+}
+void print_parts(const char* who, const Parts& p, const std::string& extra = "") {
+  std::printf("%-16s median parts ms: teacher %.0f, forward+loss %.0f, backward %.0f, clip+AdamW %.0f%s\n", who, p.ms[0],
+              p.ms[1], p.ms[2], p.ms[3], extra.c_str());
+  std::printf("%-16s median parts CPU ms: teacher %.0f, forward+loss %.0f, backward %.0f, clip+AdamW %.0f\n", who, p.cpu[0],
+              p.cpu[1], p.cpu[2], p.cpu[3]);
+}
+
+struct First {
+  double loss = 0, kl = 0, ce = 0;
+};
+
+// A baseline's child and what it answered.
+struct BaselineRun {
+  BaselineVariant spec;
+  std::unique_ptr<deepen::bench::PythonChild> child;
+  std::filesystem::path log;
+  nlohmann::json ready;
+  std::vector<double> ms, cpu;
+  std::vector<Parts> parts;
+  std::string failed;  // why it stopped, if it did
+  double peak_rss = 0;
+  int64_t graphs_timed = 0;  // torch.compile graphs after the last timed step
+};
+
 int run(const Options& o) {
   namespace fs = std::filesystem;
   if (!o.malloc_only) deepen::install_large_buffer_allocator();
   deepen::set_compute_threads(o.threads);
+  const std::vector<BaselineVariant> baselines =
+      o.baseline ? deepen::bench::parse_baseline_variants(o.baselines == "all" ? kAllBaselines : o.baselines)
+                 : std::vector<BaselineVariant>{};
   const fs::path dir = fs::temp_directory_path() / ("deepen_kd_bench_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::string teacher_dir = o.teacher;
@@ -111,7 +188,11 @@ int run(const Options& o) {
   spec.tie_embeddings = false;
   deepen::GrowableStudent student(spec, o.student_layers, 1);
   deepen::AdamW opt(deepen::AdamWOptions{.weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8});
-  for (const auto& [name, p] : student.named_trainable_parameters()) opt.add(name, p);
+  int64_t parameters = 0;
+  for (const auto& [name, p] : student.named_trainable_parameters()) {
+    opt.add(name, p);
+    parameters += p.numel();
+  }
 
   const at::Tensor ids = bench_ids(o.batch, o.seq, o.vocab);
   const at::Tensor labels = at::roll(ids, {-1}, {1}).reshape({-1});
@@ -123,15 +204,8 @@ int run(const Options& o) {
   deepen::DistillLossWorkspace workspace;
 
   // Before any step: the Python side starts from these weights.
-  if (o.baseline) deepen::export_student_hf(student, (dir / "student").string());
+  if (!baselines.empty()) deepen::export_student_hf(student, (dir / "student").string());
 
-  struct Parts {
-    double teacher = 0, forward_loss = 0, backward = 0, optimizer = 0;
-    double cpu[4] = {0, 0, 0, 0};  // the same parts' process CPU time: below 2x wall, a part runs on fewer threads
-  };
-  struct First {
-    double loss = 0, kl = 0, ce = 0;
-  };
   auto step = [&](Parts* parts) {
     const auto t0 = Clock::now();
     const double c0 = cpu_ms();
@@ -160,13 +234,14 @@ int run(const Options& o) {
     opt.step(o.lr);
     opt.zero_grad();
     if (parts) {
-      parts->teacher = std::chrono::duration<double, std::milli>(t1 - t0).count();
-      parts->forward_loss = std::chrono::duration<double, std::milli>(t2 - t1).count();
-      parts->backward = std::chrono::duration<double, std::milli>(t3 - t2).count();
-      parts->optimizer = ms_since(t3);
+      const auto t4 = Clock::now();
       const double c4 = cpu_ms();
+      const Clock::time_point t[5] = {t0, t1, t2, t3, t4};
       const double c[5] = {c0, c1, c2, c3, c4};
-      for (int k = 0; k < 4; ++k) parts->cpu[k] = c[k + 1] - c[k];
+      for (int k = 0; k < 4; ++k) {
+        parts->ms[k] = std::chrono::duration<double, std::milli>(t[k + 1] - t[k]).count();
+        parts->cpu[k] = c[k + 1] - c[k];
+      }
     }
     return First{l.loss.item<double>(), l.kl.item<double>(), l.ce.item<double>()};
   };
@@ -177,37 +252,52 @@ int run(const Options& o) {
               "%ld timed steps each after %ld warm-up\n",
               long(o.teacher_layers), long(o.student_layers), long(o.vocab), long(o.batch), long(o.seq), long(tokens),
               o.alpha, o.tau, hidden_targets ? "hidden-state" : "full-logit", long(o.threads), long(o.row_chunk), o.kernels.c_str(), long(o.steps), long(o.warmup));
+  std::printf("load average at the start: %s\n", deepen::bench::load_average().c_str());
   const First first = step(nullptr);
   for (int64_t i = 1; i < o.warmup; ++i) step(nullptr);
 
-  std::unique_ptr<deepen::bench::PythonChild> python;
-  nlohmann::json py_first;
-  if (o.baseline) {
+  // One child per baseline, started one after another (each warms up, a compiled one compiles, before
+  // the next starts: their warm-ups do not overlap one another's).
+  std::vector<BaselineRun> runs;
+  for (const BaselineVariant& b : baselines) {
+    BaselineRun r{b, nullptr, dir / (b.name + ".stderr"), {}, {}, {}, {}, "", 0, 0};
     std::vector<std::string> argv{deepen::test::kPython, std::string(deepen::test::kSourceDir) + "/bench/kd_step_bench.py",
                                   "--teacher", teacher_dir, "--student", (dir / "student").string(),
                                   "--batch", std::to_string(o.batch), "--seq", std::to_string(o.seq),
                                   "--alpha", std::to_string(o.alpha), "--tau", std::to_string(o.tau),
                                   "--lr", std::to_string(o.lr), "--grad-clip", std::to_string(o.grad_clip),
                                   "--warmup", std::to_string(o.warmup), "--threads", std::to_string(o.threads)};
-    if (!o.profile.empty()) argv.insert(argv.end(), {"--profile", o.profile + ".pytorch.json"});
+    if (!o.profile.empty()) argv.insert(argv.end(), {"--profile", o.profile + "." + b.name + ".pytorch.json"});
     else argv.push_back("--serve");
-    python = std::make_unique<deepen::bench::PythonChild>(argv, o.python_env);
-    py_first = python->read().at("first");
+    const auto t0 = Clock::now();
+    r.child = deepen::bench::start_baseline(b, argv, o.python_env, r.log, &r.ready);
+    if (!r.child) continue;
+    std::printf("baseline %s (%s): ready after %.0f s", b.name.c_str(), b.setting.c_str(), ms_since(t0) / 1e3);
+    if (b.compile) {
+      const nlohmann::json& c = r.ready.at("compile");
+      std::printf("; torch.compile: %d graphs, %d graph breaks, compiled in the warm-up (%.0f s), fallbacks to eager: %s",
+                  c.at("graphs").get<int>(), c.at("graph_breaks").get<int>(), c.at("warmup_s").get<double>(),
+                  c.at("fallbacks").empty() ? "none" : c.at("fallbacks").dump().c_str());
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+    runs.push_back(std::move(r));
   }
   if (!o.profile.empty()) {
     {
       torch::autograd::profiler::RecordProfile guard(o.profile);
       step(nullptr);
     }
-    python.reset();
+    std::printf("traces: %s (deepen)", o.profile.c_str());
+    for (const BaselineRun& r : runs) std::printf(", %s.%s.pytorch.json", o.profile.c_str(), r.spec.name.c_str());
+    std::printf("\n");
+    runs.clear();
     fs::remove_all(dir);
-    std::printf("traces: %s (deepen)%s\n", o.profile.c_str(), o.baseline ? (", " + o.profile + ".pytorch.json").c_str() : "");
     return 0;
   }
 
-  std::vector<double> d_ms, d_cpu, p_ms, p_cpu;
+  std::vector<double> d_ms, d_cpu;
   std::vector<Parts> d_parts;
-  std::vector<nlohmann::json> p_parts;
   for (int64_t i = 0; i < o.steps; ++i) {
     Parts parts;
     const auto t0 = Clock::now();
@@ -216,61 +306,112 @@ int run(const Options& o) {
     d_ms.push_back(ms_since(t0));
     d_cpu.push_back(cpu_ms() - c0);
     d_parts.push_back(parts);
-    if (python) {
-      const nlohmann::json answer = python->request("step");
-      p_ms.push_back(answer.at("ms").get<double>());
-      p_cpu.push_back(answer.at("cpu_ms").get<double>());
-      p_parts.push_back(answer.at("parts_ms"));
+    for (BaselineRun& r : runs) {
+      if (!r.child) continue;
+      try {
+        const nlohmann::json answer = r.child->request("step");
+        r.ms.push_back(answer.at("ms").get<double>());
+        r.cpu.push_back(answer.at("cpu_ms").get<double>());
+        Parts p;
+        const nlohmann::json& j = answer.at("parts_ms");
+        const char* keys[4] = {"teacher", "forward_loss", "backward", "optimizer"};
+        for (int k = 0; k < 4; ++k) {
+          p.ms[k] = j.at(keys[k]).get<double>();
+          p.cpu[k] = j.at("cpu").at(k).get<double>();
+        }
+        r.parts.push_back(p);
+        r.peak_rss = answer.at("peak_rss").get<double>();
+        r.graphs_timed = answer.at("graphs").get<int64_t>();
+      } catch (const std::exception& e) {
+        r.failed = std::string("stopped at timed step ") + std::to_string(i + 1) + ": " + e.what();
+        r.child.reset();
+        std::printf("baseline %s: %s\n%s", r.spec.name.c_str(), r.failed.c_str(), deepen::bench::tail_of(r.log, 12).c_str());
+      }
     }
   }
-  python.reset();
-  fs::remove_all(dir);
+  const double deepen_peak_rss = peak_rss_bytes();
+  std::printf("load average after the timed steps: %s\n", deepen::bench::load_average().c_str());
+  for (BaselineRun& r : runs) r.child.reset();
+  std::erase_if(runs, [](const BaselineRun& r) { return !r.failed.empty(); });
 
-  auto print_steps = [](const char* who, const std::vector<double>& ms) {
-    std::printf("%s", who);
+  auto print_steps = [](const std::string& who, const std::vector<double>& ms) {
+    std::printf("%-16s steps ms:", who.c_str());
     for (double m : ms) std::printf(" %.0f", m);
     std::printf("\n");
   };
-  print_steps("deepen  steps ms:", d_ms);
-  if (!p_ms.empty()) print_steps("pytorch steps ms:", p_ms);
-  auto part_median = [&](auto get) {
-    std::vector<double> v;
-    for (const Parts& p : d_parts) v.push_back(get(p));
-    return median(v);
-  };
-  std::printf("deepen  median parts ms: teacher %.0f, forward+loss %.0f, backward %.0f, clip+AdamW %.0f; loss workspace %.0f MiB\n",
-              part_median([](const Parts& p) { return p.teacher; }), part_median([](const Parts& p) { return p.forward_loss; }),
-              part_median([](const Parts& p) { return p.backward; }), part_median([](const Parts& p) { return p.optimizer; }),
-              static_cast<double>(workspace.bytes()) / (1 << 20));
-  std::printf("deepen  median parts CPU ms: teacher %.0f, forward+loss %.0f, backward %.0f, clip+AdamW %.0f\n",
-              part_median([](const Parts& p) { return p.cpu[0]; }), part_median([](const Parts& p) { return p.cpu[1]; }),
-              part_median([](const Parts& p) { return p.cpu[2]; }), part_median([](const Parts& p) { return p.cpu[3]; }));
-  if (!p_parts.empty()) {
-    auto py_part = [&](const char* key) {
-      std::vector<double> v;
-      for (const auto& j : p_parts) v.push_back(j.at(key).get<double>());
-      return median(v);
-    };
-    std::printf("pytorch median parts ms: teacher %.0f, forward+loss %.0f, backward %.0f, clip+AdamW %.0f\n",
-                py_part("teacher"), py_part("forward_loss"), py_part("backward"), py_part("optimizer"));
-    auto py_cpu = [&](size_t k) {
-      std::vector<double> v;
-      for (const auto& j : p_parts) v.push_back(j.at("cpu").at(k).get<double>());
-      return median(v);
-    };
-    std::printf("pytorch median parts CPU ms: teacher %.0f, forward+loss %.0f, backward %.0f, clip+AdamW %.0f\n", py_cpu(0),
-                py_cpu(1), py_cpu(2), py_cpu(3));
+  print_steps("deepen", d_ms);
+  for (const BaselineRun& r : runs) print_steps(r.spec.name, r.ms);
+  char workspace_text[64];
+  std::snprintf(workspace_text, sizeof workspace_text, "; loss workspace %.0f MiB", static_cast<double>(workspace.bytes()) / (1 << 20));
+  const Parts d_median = median_parts(d_parts);
+  print_parts("deepen", d_median, workspace_text);
+  for (const BaselineRun& r : runs) print_parts(r.spec.name.c_str(), median_parts(r.parts));
+
+  const double d_step = median(d_ms);
+  std::printf("deepen (C++ LibTorch):              %7.0f tokens/s  (median step %7.0f ms, CPU %7.0f ms; first step loss %.6f "
+              "kl %.6f ce %.6f; peak RSS %.2f GB)\n",
+              static_cast<double>(tokens) / (d_step / 1e3), d_step, median(d_cpu), first.loss, first.kl, first.ce,
+              deepen_peak_rss / 1e9);
+  const BaselineRun* fastest = nullptr;
+  for (const BaselineRun& r : runs) {
+    const nlohmann::json& f = r.ready.at("first");
+    const double py[3] = {f.at("loss").get<double>(), f.at("kl").get<double>(), f.at("ce").get<double>()};
+    const double ours[3] = {first.loss, first.kl, first.ce};
+    double worst = 0;
+    for (int k = 0; k < 3; ++k) worst = std::max(worst, std::abs(py[k] - ours[k]) / std::max(std::abs(ours[k]), 1e-12));
+    std::printf("plain PyTorch %-20s %7.0f tokens/s  (median step %7.0f ms, CPU %7.0f ms; first step loss %.6f kl %.6f "
+                "ce %.6f: %s deepen's (%.1e relative); peak RSS %.2f GB)%s\n",
+                (r.spec.name + ":").c_str(), static_cast<double>(tokens) / (median(r.ms) / 1e3), median(r.ms), median(r.cpu),
+                py[0], py[1], py[2], worst <= kLossTolerance ? "equal to" : "DIFFERENT from", worst, r.peak_rss / 1e9,
+                r.spec.compile && r.graphs_timed != r.ready.at("compile").at("graphs").get<int64_t>()
+                    ? " [recompiled during the timed steps]"
+                    : "");
+    if (!fastest || median(r.ms) < median(fastest->ms)) fastest = &r;
   }
-  const double d_tps = static_cast<double>(tokens) / (median(d_ms) / 1e3);
-  std::printf("deepen (C++ LibTorch):  %7.0f tokens/s  (median step %7.0f ms, CPU %7.0f ms; first step loss %.6f kl %.6f ce %.6f)\n",
-              d_tps, median(d_ms), median(d_cpu), first.loss, first.kl, first.ce);
-  if (!python && p_ms.empty()) return 0;
-  const double p_tps = static_cast<double>(tokens) / (median(p_ms) / 1e3);
-  std::printf("plain PyTorch (eager):  %7.0f tokens/s  (median step %7.0f ms, CPU %7.0f ms; first step loss %.6f kl %.6f ce %.6f)\n",
-              p_tps, median(p_ms), median(p_cpu), py_first.at("loss").get<double>(), py_first.at("kl").get<double>(),
-              py_first.at("ce").get<double>());
-  std::printf("ratio deepen / plain PyTorch: %.2fx (CPU time per step, PyTorch / deepen: %.2fx)\n", d_tps / p_tps,
-              median(p_cpu) / median(d_cpu));
+  for (const BaselineRun& r : runs)
+    std::printf("ratio deepen / %s: %.2fx (CPU time per step, PyTorch / deepen: %.2fx)\n", r.spec.name.c_str(),
+                median(r.ms) / d_step, median(r.cpu) / median(d_cpu));
+  if (fastest)
+    std::printf("ratio deepen / fastest plain PyTorch (%s): %.2fx\n", fastest->spec.name.c_str(), median(fastest->ms) / d_step);
+  else if (!baselines.empty())
+    std::printf("no baseline ran: no ratio\n");
+  fs::remove_all(dir);
+
+  if (!o.bound) return 0;
+  deepen::bench::StepShape shape;
+  const deepen::Qwen3Config& tc = teacher->config();
+  shape.teacher = deepen::ModelShape{"teacher", o.teacher_layers, tc.hidden_size, tc.num_attention_heads,
+                                     tc.num_key_value_heads, tc.head_dim, tc.intermediate_size, tc.vocab_size, true};
+  shape.student = deepen::ModelShape{"student", o.student_layers, spec.decoder.hidden, spec.decoder.heads,
+                                     spec.decoder.kv_heads, spec.decoder.head_dim, spec.decoder.intermediate, o.vocab, false};
+  shape.batch = o.batch;
+  shape.seq = o.seq;
+  if (parameters != deepen::bench::student_parameters(shape))
+    std::printf("note: the student has %ld parameters, its shapes give %ld; AdamW's bytes use the student's\n",
+                long(parameters), long(deepen::bench::student_parameters(shape)));
+  deepen::bench::BoundOptions bo;
+  bo.reps = o.bound_reps;
+  const deepen::bench::StepBound bound = deepen::bench::measure_step_bound(shape, parameters, bo);
+  // Small GEMMs at 2 threads take milliseconds: on a loaded machine a thread waiting for a core
+  // stretches each call, so the load they were timed under is printed with them.
+  std::printf("load average after the bound: %s\n", deepen::bench::load_average().c_str());
+  deepen::bench::print_step_bound(stdout, bound);
+  deepen::bench::print_step_against_bound(stdout, "deepen", d_step / 1e3, bound);
+  if (fastest) deepen::bench::print_step_against_bound(stdout, ("plain PyTorch " + fastest->spec.name).c_str(),
+                                                       median(fastest->ms) / 1e3, bound);
+  // deepen's parts against theirs in the bound. The loss makes the head's gradients in its forward,
+  // so the student's forward+loss and backward are compared together.
+  double teacher_bound = 0, student_bound = 0, adamw_bound = 0;
+  for (const auto& [part, sec] : bound.parts()) {
+    if (part.rfind("teacher", 0) == 0) teacher_bound += sec;
+    else if (part.rfind("student", 0) == 0) student_bound += sec;
+    else adamw_bound += sec;
+  }
+  std::printf("deepen by part, median / bound: teacher %.0f / %.0f ms (%.2fx); student forward+loss+backward %.0f / %.0f ms "
+              "(%.2fx); clip+AdamW %.0f / %.0f ms (%.2fx)\n",
+              d_median.ms[0], teacher_bound * 1e3, d_median.ms[0] / (teacher_bound * 1e3), d_median.ms[1] + d_median.ms[2],
+              student_bound * 1e3, (d_median.ms[1] + d_median.ms[2]) / (student_bound * 1e3), d_median.ms[3],
+              adamw_bound * 1e3, d_median.ms[3] / (adamw_bound * 1e3));
   return 0;
 }
 
@@ -278,7 +419,8 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"one distillation step at V = 151,936: deepen vs plain PyTorch + transformers, tokens/s"};
+  CLI::App app{"one distillation step at V = 151,936: deepen vs plain PyTorch + transformers at its best, and vs the "
+               "step's GEMM bound"};
   app.add_option("--threads", o.threads);
   app.add_option("--batch", o.batch);
   app.add_option("--seq", o.seq);
@@ -294,14 +436,22 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"logits", "hidden"}));
   app.add_option("--kernels", o.kernels, "auto | fused | aten, as student.cpu_kernels");
   app.add_option("--teacher", o.teacher, "a Qwen3 HF folder of these shapes (default: made with scripts/random_qwen3.py)");
-  app.add_option("--python-env", o.python_env, "NAME=VALUE added to the Python baseline's environment");
+  app.add_option("--baselines", o.baselines,
+                 std::string("plain-PyTorch variants, comma-separated, or all (default: ") + kAllBaselines +
+                     "; those whose malloc is not installed are skipped with a note)");
+  app.add_option("--python-env", o.python_env, "NAME=VALUE added to every Python baseline's environment");
   app.add_flag("!--no-baseline", o.baseline, "skip the Python side");
   app.add_flag("--malloc", o.malloc_only, "deepen's side on LibTorch's default allocator (glibc malloc), not the large-buffer allocator the deepen binary installs");
-  app.add_option("--profile", o.profile, "chrome traces of one step: deepen's at PATH, PyTorch's at PATH.pytorch.json");
+  app.add_flag("!--no-bound", o.bound, "skip measuring the step's GEMM bound");
+  app.add_option("--bound-reps", o.bound_reps, "timed calls (at least) per distinct GEMM of the bound");
+  app.add_option("--profile", o.profile, "chrome traces of one step: deepen's at PATH, each baseline's at PATH.<variant>.pytorch.json");
   CLI11_PARSE(app, argc, argv);
   std::signal(SIGPIPE, SIG_IGN);
   try {
     return run(o);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "kd_step_bench: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kd_step_bench: %s\n", e.what());
     return 1;

@@ -19,16 +19,18 @@ namespace deepen::bench {
 // The Python baseline as a child answering one JSON line per request line.
 class PythonChild {
  public:
-  PythonChild(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  // `stderr_path`: where the child's stderr goes (a log a bench shows when the child fails).
+  PythonChild(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+              const std::string& stderr_path = "/dev/null") {
     int to_child[2], from_child[2];
     if (pipe(to_child) != 0 || pipe(from_child) != 0) throw std::runtime_error("pipe failed");
     pid_ = fork();
     if (pid_ == 0) {
       dup2(to_child[0], 0);
       dup2(from_child[1], 1);
-      const int devnull = open("/dev/null", O_WRONLY);
-      dup2(devnull, 2);
-      for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1], devnull}) close(fd);
+      const int err = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(err, 2);
+      for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1], err}) close(fd);
       for (const std::string& kv : env) putenv(const_cast<char*>(kv.c_str()));
       std::vector<char*> args;
       for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
