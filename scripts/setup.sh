@@ -16,6 +16,7 @@ APT_PACKAGES=(
   libopenblas0-openmp                   # fast fp32 BLAS on CPU
   gnuplot-nox                           # report plots (PNG, SVG)
   shellcheck                            # the scripts' lint test (DeviceCheckScript.*)
+  libtcmalloc-minimal4 libjemalloc2     # the benches' plain-PyTorch baselines under other mallocs (bench/baseline_variants.h)
   fortunes python3.11-doc               # text the demo and the tokenizer tests read
 )
 # The Slurm clusters of tests/slurm/ (the tests start and stop the daemons themselves), one node and

@@ -40,14 +40,29 @@ std::vector<std::string> AdamW::names() const {
 namespace {
 
 // Σ x² of n fp32 values in fp64, in place: four running sums (the additions' latency, not the
-// memory, would bound one), added at the end. Deterministic: the order depends on n only.
-double cpu_sum_of_squares(const float* x, int64_t n) {
+// memory, would bound one), added at the end.
+double block_sum_of_squares(const float* x, int64_t n) {
   double s[4] = {0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 4 <= n; i += 4)
     for (int k = 0; k < 4; ++k) s[k] += static_cast<double>(x[i + k]) * static_cast<double>(x[i + k]);
   for (; i < n; ++i) s[0] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+// The same over blocks of 2^16 values summed on every compute thread, the blocks' sums then added
+// in order: deterministic (the order depends on n only, not on the thread count), and a [V, H]
+// gradient's pass no longer runs on one core.
+double cpu_sum_of_squares(const float* x, int64_t n) {
+  constexpr int64_t kBlock = int64_t{1} << 16;
+  std::vector<double> blocks(static_cast<size_t>((n + kBlock - 1) / kBlock), 0.0);
+  at::parallel_for(0, static_cast<int64_t>(blocks.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b)
+      blocks[static_cast<size_t>(b)] = block_sum_of_squares(x + b * kBlock, std::min(kBlock, n - b * kBlock));
+  });
+  double s = 0;
+  for (double v : blocks) s += v;
+  return s;
 }
 
 }  // namespace
