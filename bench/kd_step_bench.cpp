@@ -77,7 +77,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Every baseline variant this bench knows, in the order it runs them by default.
-constexpr const char* kAllBaselines = "eager,eager+hugetlb,compile+hugetlb,eager+tcmalloc,compile+tcmalloc,eager+jemalloc";
+constexpr const char* kAllBaselines = "eager,eager+hugetlb,compile+hugetlb,compile+tcmalloc";
 // First-step loss, KL and CE: a baseline agrees with deepen when each is within this relative distance.
 constexpr double kLossTolerance = 1e-5;
 
