@@ -100,6 +100,12 @@ at::Tensor bench_ids(int64_t batch, int64_t seq, int64_t vocab) {
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
+int64_t minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
 double cpu_ms() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -298,11 +304,16 @@ int run(const Options& o) {
 
   std::vector<double> d_ms, d_cpu;
   std::vector<Parts> d_parts;
+  // deepen's page faults and large-buffer mappings over its timed steps: what the allocator saves.
+  int64_t faults = 0;
+  const deepen::LargeBufferStats buffers_before = deepen::large_buffer_stats();
   for (int64_t i = 0; i < o.steps; ++i) {
     Parts parts;
     const auto t0 = Clock::now();
     const double c0 = cpu_ms();
+    const int64_t f0 = minor_faults();
     step(&parts);
+    faults += minor_faults() - f0;
     d_ms.push_back(ms_since(t0));
     d_cpu.push_back(cpu_ms() - c0);
     d_parts.push_back(parts);
@@ -341,8 +352,14 @@ int run(const Options& o) {
   };
   print_steps("deepen", d_ms);
   for (const BaselineRun& r : runs) print_steps(r.spec.name, r.ms);
-  char workspace_text[64];
-  std::snprintf(workspace_text, sizeof workspace_text, "; loss workspace %.0f MiB", static_cast<double>(workspace.bytes()) / (1 << 20));
+  char workspace_text[256];
+  const deepen::LargeBufferStats buffers_after = deepen::large_buffer_stats();
+  std::snprintf(workspace_text, sizeof workspace_text,
+                "; loss workspace %.0f MiB; per step %.0f page faults, %.1f large buffers mapped, %.1f reused (%s)",
+                static_cast<double>(workspace.bytes()) / (1 << 20), static_cast<double>(faults) / static_cast<double>(o.steps),
+                static_cast<double>(buffers_after.maps - buffers_before.maps) / static_cast<double>(o.steps),
+                static_cast<double>(buffers_after.reuses - buffers_before.reuses) / static_cast<double>(o.steps),
+                o.malloc_only ? "glibc malloc" : "deepen's large-buffer allocator");
   const Parts d_median = median_parts(d_parts);
   print_parts("deepen", d_median, workspace_text);
   for (const BaselineRun& r : runs) print_parts(r.spec.name.c_str(), median_parts(r.parts));

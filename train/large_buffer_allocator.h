@@ -10,7 +10,7 @@ namespace deepen {
 // malloc each is a fresh mmap, page-faulted 4 KiB at a time and zeroed by the kernel every step
 // (measured in docs/performance.md, "Speed of the distillation step"). Here such a buffer is a
 // 2 MiB-aligned mapping advised for transparent huge pages, kept when freed and reused by the next
-// request of its size (LargeBufferCache: never more mapped than the process's peak of live
+// request of its size (LargeBufferCache: never more mapped than 9/8 of the process's peak of live
 // buffers). Smaller requests go to LibTorch's default allocator.
 //
 // Installs once per process (later calls do nothing); call it before the first tensor that should

@@ -19,7 +19,7 @@ std::optional<LargeBufferCache::Mapping> LargeBufferCache::take(size_t bytes) {
 std::vector<LargeBufferCache::Mapping> LargeBufferCache::make_room(size_t bytes) {
   peak_ = std::max(peak_, live_ + bytes);
   std::vector<Mapping> out;
-  while (!by_size_.empty() && live_ + cached_ + bytes > peak_) {
+  while (!by_size_.empty() && live_ + cached_ + bytes > peak_ + peak_ / 8) {
     auto oldest = by_size_.begin();
     for (auto it = by_size_.begin(); it != by_size_.end(); ++it)
       if (it->second.freed_at < oldest->second.freed_at) oldest = it;

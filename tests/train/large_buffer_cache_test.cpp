@@ -1,5 +1,5 @@
-// The large-buffer cache's rule: a step's buffers are reused, and no more is ever mapped than the
-// peak of live buffers.
+// The large-buffer cache's rule: a step's buffers are reused, and no more is ever mapped than 9/8 of
+// the peak of live buffers.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -39,7 +39,7 @@ TEST(LargeBufferCache, TheWorkedExampleOfItsHeader) {
   EXPECT_EQ(b->base, at(2));
   c.give_back(*a);
   c.give_back(*b);
-  // A 700 MB buffer: no cached mapping fits, both are released to stay within the 750 MB peak.
+  // A 700 MB buffer: no cached mapping fits, both are released to stay within 9/8 of the 750 MB peak.
   ASSERT_FALSE(c.take(700 * MB));
   EXPECT_EQ(map_fresh(c, 700 * MB), 750 * MB);
   EXPECT_EQ(c.cached_bytes(), 0u);
@@ -74,7 +74,7 @@ TEST(LargeBufferCache, TheLeastRecentlyFreedGoFirstAndOnlyAsManyAsNeeded) {
   c.give_back({at(2), 100 * MB});
   c.give_back({at(1), 100 * MB});
   c.give_back({at(3), 100 * MB});
-  // 0 live + 300 cached + 150 new must stay within the peak (300): 150 must go, so two mappings.
+  // 0 live + 300 cached + 150 new must stay within 9/8 of the peak (337.5): 112.5 must go, so two mappings.
   const auto freed = c.make_room(150 * MB);
   ASSERT_EQ(freed.size(), 2u);
   EXPECT_EQ(freed[0].base, at(2));
@@ -82,7 +82,7 @@ TEST(LargeBufferCache, TheLeastRecentlyFreedGoFirstAndOnlyAsManyAsNeeded) {
   EXPECT_EQ(c.cached_bytes(), 100 * MB);
 }
 
-TEST(LargeBufferCache, MappedNeverExceedsThePeakOfLiveBytesOverChangingShapes) {
+TEST(LargeBufferCache, MappedNeverExceedsNineEighthsOfThePeakOfLiveBytesOverChangingShapes) {
   // Shapes that change every few steps (growth, evaluation batches), freed in varying order.
   LargeBufferCache c;
   std::vector<LargeBufferCache::Mapping> live;
@@ -99,7 +99,7 @@ TEST(LargeBufferCache, MappedNeverExceedsThePeakOfLiveBytesOverChangingShapes) {
       c.mapped(s);
       mapped_total += s;
       live.push_back({at(next++), s});
-      ASSERT_LE(mapped_total, c.peak_live_bytes()) << "step " << step;
+      ASSERT_LE(mapped_total, c.peak_live_bytes() + c.peak_live_bytes() / 8) << "step " << step;
     }
     ASSERT_EQ(mapped_total, c.live_bytes() + c.cached_bytes());
     for (size_t i = 0; i < live.size(); ++i) c.give_back(live[(i * 2 + step) % live.size()]);
