@@ -37,7 +37,10 @@ Step time against the GEMM bound: each step of the one-process run (its record's
 printed against the step's GEMM bound at its depth, measured here by build/bench/step_bound
 (bench/step_bound.h: at::mm at the step's shapes, the teacher's GEMMs in bf16 as teacher.dtype = "bf16"
 runs them on CPU (model/teacher_stage.cpp computes in the dtype it loads), the student's in fp32, AdamW's
-28 bytes per parameter over a measured bandwidth), after the runs, as "step / bound = Y.YYx".
+28 bytes per parameter over a measured bandwidth), measured once at depth 2 after the one-process run
+(the depth-1 step's bound drops a block's GEMMs and AdamW bytes), as "step / bound = Y.YYx". On a CPU
+without native bf16 (AVX2 only) at::mm in bf16 runs near 8 GFLOP/s against ~150 in fp32, so there the
+teacher's head dominates the bound (minutes at these shapes).
 --bound-only measures and prints the bound (and the one-process run's steps against it if the work
 folder holds one) without running anything else.
 
@@ -197,19 +200,25 @@ def report_bound(step_bound_bin, threads, run_dir, logs):
     # diagnostics, checkpoint, records) lands in the next record and is not the step's work.
     step_parts = ("data", "teacher_wait", "compute", "grad_sync", "optimizer")
     steps = records(run_dir, "metrics.jsonl") if run_dir else []
-    bounds = {}
-    for depth in sorted({m["depth"] for m in steps} or {2}):
-        bounds[depth] = step_bound(step_bound_bin, threads, depth, os.path.join(logs, f"step-bound-depth{depth}.log"))
-        b = bounds[depth]
-        parts = ", ".join(f"{k} {v:.1f} s" for k, v in b["parts_s"].items())
-        print(f"  GEMM bound at depth {depth} ({threads} threads; {os.path.join(logs, f'step-bound-depth{depth}.log')}): "
-              f"{b['bound_s']:.1f} s = GEMMs {b['gemm_s']:.1f} s ({b['gemm_flops'] / 1e12:.2f} TFLOP) + AdamW "
-              f"{b['adamw_s']:.2f} s ({b['adamw_bytes'] / 1e9:.2f} GB at {b['stream_gb_per_s']:.1f} GB/s); {parts}; "
-              f"not in it: attention {b['attention_flops'] / 1e12:.2f} TFLOP")
+    # Measured once, at the full depth (2 blocks): the head GEMMs dominate and take minutes at these
+    # shapes. A shallower step's bound drops the blocks it does not run: their GEMMs (each block's are
+    # timed alike, count = depth) and their parameters' AdamW bytes at the measured bandwidth.
+    log = os.path.join(logs, "step-bound.log")
+    full = step_bound(step_bound_bin, threads, 2, log)
+    block_s = sum(g["seconds"] / g["count"] for g in full["gemms"] if g["part"].startswith("student layers"))
+    block_params = sum(g["k"] * g["n"] for g in full["gemms"] if g["name"].startswith("student layer")
+                       and g["name"].endswith("forward")) + 2 * 512 + 2 * 64
+    def bound_at(depth):
+        return full["bound_s"] - (2 - depth) * (block_s + 28 * block_params / (full["stream_gb_per_s"] * 1e9))
+    parts = ", ".join(f"{k} {v:.1f} s" for k, v in full["parts_s"].items())
+    print(f"  GEMM bound at depth 2 ({threads} threads, load {full['load_average']}; {log}): {full['bound_s']:.1f} s = GEMMs "
+          f"{full['gemm_s']:.1f} s ({full['gemm_flops'] / 1e12:.2f} TFLOP) + AdamW {full['adamw_s']:.2f} s "
+          f"({full['adamw_bytes'] / 1e9:.2f} GB at {full['stream_gb_per_s']:.1f} GB/s); {parts}; not in it: attention "
+          f"{full['attention_flops'] / 1e12:.2f} TFLOP; at depth 1: {bound_at(1):.1f} s")
     for m in steps:
         t = m["time"]
         step_s = sum(t.get(k, 0.0) for k in step_parts)
-        b = bounds[m["depth"]]
+        b = {"bound_s": bound_at(m["depth"])}
         print(f"  one process, step {m['step']} (depth {m['depth']}): {step_s:.1f} s ("
               + ", ".join(f"{k} {t.get(k, 0.0):.1f}" for k in step_parts)
               + f"; the record's {m['time_s']:.1f} s with what ran between steps) = {100 * b['bound_s'] / step_s:.0f}% of "
