@@ -10,9 +10,15 @@
 // inputs (the [V, H] weight gradient included, for every variant; for rows, its workspace, made
 // during the call as a trainer's first micro-batch makes it).
 //
+// Malloc (--mallocs): every variant runs once per setting listed, glibc's defaults ("default") and
+// GLIBC_TUNABLES=glibc.malloc.hugetlb=1 ("hugetlb": large mmap'd chunks madvised for transparent huge
+// pages, so a [N, V] tensor is faulted in 2 MB pages, not 4 KB ones). The unchunked loss allocates
+// [N, V] tensors, so the setting may change its time, and its peak (a huge page is resident whole):
+// the bench prints each and the ratios against the unchunked loss at its fastest and at its smallest.
+//
 //   build-x/bench/loss_memory_bench                      # 4×1024 tokens, vocab 151936, hidden 1024
 //   build-x/bench/loss_memory_bench --tokens 512 --repeats 2
-//   build-x/bench/loss_memory_bench --tokens 16384 --hidden 256 --teacher hidden --variants rows
+//   build-x/bench/loss_memory_bench --tokens 16384 --hidden 256 --teacher hidden --variants rows --mallocs default
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -59,6 +65,7 @@ struct Options {
   int64_t row_chunk = 0;
   std::string kernels = "auto";
   std::string variants = "rows,unchunked";
+  std::string mallocs = "default,hugetlb";
   std::string variant;  // child only: "rows" | "unchunked"
 };
 
@@ -147,6 +154,7 @@ int main(int argc, char** argv) {
   app.add_option("--logit-dtype", o.logit_dtype, "full: fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--teacher-hidden", o.teacher_hidden, "hidden: the teacher's width Ht");
   app.add_option("--variants", o.variants, "which to run, comma-separated: rows, unchunked");
+  app.add_option("--mallocs", o.mallocs, "malloc settings each variant runs under, comma-separated: default, hugetlb");
   app.add_option("--topk", o.topk, "k for --teacher topk");
   app.add_option("--threads", o.threads, "compute threads (0 = all cores)");
   app.add_option("--repeats", o.repeats, "forward+backward runs per variant (the last is reported)");
@@ -175,38 +183,68 @@ int main(int argc, char** argv) {
                 "tau=%g, teacher=%s%s, fp32; one [N,V] fp32 tensor = %.2f GB\n",
                 o.tokens, o.vocab, o.hidden, o.row_chunk, o.alpha, o.tau, o.teacher.c_str(),
                 o.teacher.rfind("full", 0) == 0 ? (" " + o.logit_dtype).c_str() : "", nv_gb);
-    std::vector<std::string> names;
-    for (size_t at = 0; at <= o.variants.size();) {
-      const size_t comma = std::min(o.variants.find(',', at), o.variants.size());
-      names.push_back(o.variants.substr(at, comma - at));
-      at = comma + 1;
+    auto split = [](const std::string& list) {
+      std::vector<std::string> out;
+      std::stringstream in(list);
+      for (std::string item; std::getline(in, item, ',');) out.push_back(item);
+      return out;
+    };
+    // The bench's --mallocs words, mapped once to the environment each child starts with.
+    const std::map<std::string, std::vector<std::string>> malloc_env{{"default", {}},
+                                                                     {"hugetlb", {"GLIBC_TUNABLES=glibc.malloc.hugetlb=1"}}};
+    struct Run {
+      std::string variant, malloc, label;
+      nlohmann::json r;
+      double wall() const { return r["forward_s"].get<double>() + r["backward_s"].get<double>(); }
+      double memory() const { return r["loss_bytes"].get<double>(); }
+    };
+    std::vector<Run> res;
+    for (const std::string& name : split(o.variants)) {
+      for (const std::string& m : split(o.mallocs)) {
+        if (!malloc_env.contains(m)) throw std::invalid_argument("--mallocs: unknown setting \"" + m + "\" (default, hugetlb)");
+        std::vector<std::string> args = base;
+        args.push_back("--variant");
+        args.push_back(name);
+        res.push_back(Run{name, m, name + " [" + m + "]", run_variant(args, malloc_env.at(m)).back()});
+        const nlohmann::json& r = res.back().r;
+        std::printf("%-22s loss memory %7.3f GB  peak RSS %7.3f GB  forward %7.2f s  backward %7.2f s  CPU %7.2f s  "
+                    "loss %.7f\n",
+                    res.back().label.c_str(), r["loss_bytes"].get<double>() / 1e9, r["peak_rss"].get<double>() / 1e9,
+                    r["forward_s"].get<double>(), r["backward_s"].get<double>(), r["cpu_s"].get<double>(),
+                    r["loss"].get<double>());
+        std::fflush(stdout);
+      }
     }
-    std::vector<nlohmann::json> res;
-    for (const std::string& name : names) {
-      std::vector<std::string> args = base;
-      args.push_back("--variant");
-      args.push_back(name);
-      res.push_back(run_variant(args).back());
-      const nlohmann::json& r = res.back();
-      std::printf("%-10s loss memory %7.3f GB  peak RSS %7.3f GB  forward %7.2f s  backward %7.2f s  CPU %7.2f s  "
-                  "loss %.7f\n",
-                  name.c_str(), r["loss_bytes"].get<double>() / 1e9, r["peak_rss"].get<double>() / 1e9,
-                  r["forward_s"].get<double>(), r["backward_s"].get<double>(), r["cpu_s"].get<double>(),
-                  r["loss"].get<double>());
-    }
+    if (res.empty()) throw std::invalid_argument("--variants and --mallocs: nothing to run");
     for (size_t i = 1; i < res.size(); ++i) {
-      const nlohmann::json& a = res[0];
-      const nlohmann::json& b = res[i];
-      const double ta = a["forward_s"].get<double>() + a["backward_s"].get<double>();
-      const double tb = b["forward_s"].get<double>() + b["backward_s"].get<double>();
+      const nlohmann::json& a = res[0].r;
+      const nlohmann::json& b = res[i].r;
       std::printf("ratio %s/%s: loss memory %.3fx, peak RSS %.3fx, wall time %.2fx, CPU time %.2fx; losses agree to "
                   "%.1e relative\n",
-                  names[0].c_str(), names[i].c_str(), a["loss_bytes"].get<double>() / b["loss_bytes"].get<double>(),
-                  a["peak_rss"].get<double>() / b["peak_rss"].get<double>(), ta / tb,
+                  res[0].label.c_str(), res[i].label.c_str(), a["loss_bytes"].get<double>() / b["loss_bytes"].get<double>(),
+                  a["peak_rss"].get<double>() / b["peak_rss"].get<double>(), res[0].wall() / res[i].wall(),
                   a["cpu_s"].get<double>() / b["cpu_s"].get<double>(),
                   std::abs(a["loss"].get<double>() - b["loss"].get<double>()) / std::abs(b["loss"].get<double>()));
     }
+    // Against each other variant at its best: its fastest setting for time, its smallest for memory.
+    for (const std::string& name : split(o.variants)) {
+      if (name == res[0].variant) continue;
+      const Run* fastest = nullptr;
+      const Run* smallest = nullptr;
+      for (const Run& r : res) {
+        if (r.variant != name) continue;
+        if (!fastest || r.wall() < fastest->wall()) fastest = &r;
+        if (!smallest || r.memory() < smallest->memory()) smallest = &r;
+      }
+      if (fastest)
+        std::printf("against %s at its best: wall time %.2fx its fastest (%s), loss memory %.3fx its smallest (%s)\n",
+                    name.c_str(), res[0].wall() / fastest->wall(), fastest->malloc.c_str(), res[0].memory() / smallest->memory(),
+                    smallest->malloc.c_str());
+    }
     return 0;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "loss_memory_bench: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "loss_memory_bench: %s\n", e.what());
     return 1;

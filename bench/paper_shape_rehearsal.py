@@ -32,6 +32,18 @@ thread computes is alive (dist/control/activity.h), so a lone process computing 
 student waiting on a teacher that computes, and a teacher in the final barrier while its student
 evaluates and exports must all go on; a run the watchdog aborted fails the rehearsal.
 
+Step time against the GEMM bound: each step of the one-process run (its record's data + teacher_wait
++ compute + grad_sync + optimizer: the step itself, not the growth, evals or records around it) is
+printed against the step's GEMM bound at its depth, measured here by build/bench/step_bound
+(bench/step_bound.h: at::mm at the step's shapes, the teacher's GEMMs in bf16 as teacher.dtype = "bf16"
+runs them on CPU (model/teacher_stage.cpp computes in the dtype it loads), the student's in fp32, AdamW's
+28 bytes per parameter over a measured bandwidth), measured once at depth 2 after the one-process run
+(the depth-1 step's bound drops a block's GEMMs and AdamW bytes), as "step / bound = Y.YYx". On a CPU
+without native bf16 (AVX2 only) at::mm in bf16 runs near 8 GFLOP/s against ~150 in fp32, so there the
+teacher's head dominates the bound (minutes at these shapes).
+--bound-only measures and prints the bound (and the one-process run's steps against it if the work
+folder holds one) without running anything else.
+
 Memory: goal within 20% of the plan (or 0.15 GiB for figures under a GiB, see ROUNDING_GIB). A
 process's peak is its VmHWM, polled every 0.2 s while it runs. Measured = peak - the
 baseline of a process whose model is a few KB (LibTorch, MPI, the shards: bench/memory_check's
@@ -163,15 +175,75 @@ def plan_figures(deepen, base, sets, log):
     return float(student.group(1)), {"weights": w, "forward": fwd, "buffers": buf, "total": tot}
 
 
+def step_bound(step_bound_bin, threads, student_layers, log):
+    """The step_bound CLI's JSON for this rehearsal's step with `student_layers` blocks (the shapes of
+    base.toml below and of the teacher made with scripts/random_qwen3.py)."""
+    cmd = [step_bound_bin, "--teacher-layers", "2", "--teacher-hidden", "256", "--teacher-heads", "4",
+           "--teacher-kv-heads", "2", "--teacher-head-dim", "64", "--teacher-intermediate", "768",
+           "--teacher-dtype", "bf16", "--student-layers", str(student_layers), "--student-hidden", "512",
+           "--student-heads", "8", "--student-kv-heads", "4", "--student-head-dim", "64",
+           "--student-intermediate", "1024", "--tied", "--vocab", str(VOCAB), "--batch", "2", "--seq", "8192",
+           "--threads", str(threads), "--reps", "2"]
+    with open(log, "w") as err:
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"FAILED: {' '.join(cmd)} (see {log})")
+    return json.loads(out.stdout)
+
+
+def report_bound(step_bound_bin, threads, run_dir, logs):
+    """Each train step of the one-process run against the GEMM bound at its depth."""
+    if not os.path.exists(step_bound_bin):
+        print(f"  no step bound: {step_bound_bin} is not built (cmake --build build --target step_bound)")
+        return
+    # The step's own parts (run_folder/step_time.h): what follows a step's record (growth, eval,
+    # diagnostics, checkpoint, records) lands in the next record and is not the step's work.
+    step_parts = ("data", "teacher_wait", "compute", "grad_sync", "optimizer")
+    steps = records(run_dir, "metrics.jsonl") if run_dir else []
+    # Measured once, at the full depth (2 blocks): the head GEMMs dominate and take minutes at these
+    # shapes. A shallower step's bound drops the blocks it does not run: their GEMMs (each block's are
+    # timed alike, count = depth) and their parameters' AdamW bytes at the measured bandwidth.
+    log = os.path.join(logs, "step-bound.log")
+    full = step_bound(step_bound_bin, threads, 2, log)
+    block_s = sum(g["seconds"] / g["count"] for g in full["gemms"] if g["part"].startswith("student layers"))
+    block_params = sum(g["k"] * g["n"] for g in full["gemms"] if g["name"].startswith("student layer")
+                       and g["name"].endswith("forward")) + 2 * 512 + 2 * 64
+    def bound_at(depth):
+        return full["bound_s"] - (2 - depth) * (block_s + 28 * block_params / (full["stream_gb_per_s"] * 1e9))
+    parts = ", ".join(f"{k} {v:.1f} s" for k, v in full["parts_s"].items())
+    print(f"  GEMM bound at depth 2 ({threads} threads, load {full['load_average']}; {log}): {full['bound_s']:.1f} s = GEMMs "
+          f"{full['gemm_s']:.1f} s ({full['gemm_flops'] / 1e12:.2f} TFLOP) + AdamW {full['adamw_s']:.2f} s "
+          f"({full['adamw_bytes'] / 1e9:.2f} GB at {full['stream_gb_per_s']:.1f} GB/s); {parts}; not in it: attention "
+          f"{full['attention_flops'] / 1e12:.2f} TFLOP; at depth 1: {bound_at(1):.1f} s")
+    for m in steps:
+        t = m["time"]
+        step_s = sum(t.get(k, 0.0) for k in step_parts)
+        b = {"bound_s": bound_at(m["depth"])}
+        print(f"  one process, step {m['step']} (depth {m['depth']}): {step_s:.1f} s ("
+              + ", ".join(f"{k} {t.get(k, 0.0):.1f}" for k in step_parts)
+              + f"; the record's {m['time_s']:.1f} s with what ran between steps) = {100 * b['bound_s'] / step_s:.0f}% of "
+              f"the bound; step / bound = {step_s / b['bound_s']:.2f}x")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--deepen", default=os.environ.get("DEEPEN", "build/deepen"))
     ap.add_argument("--work", default="/tmp/deepen-paper-shape")
     ap.add_argument("--threads", type=int, default=2, help="run.threads of every run (equal, see above)")
     ap.add_argument("--only", choices=["full", "hidden"], help="the one process and one channel's 1 + 1 run")
+    ap.add_argument("--step-bound", help="the step_bound binary (default: bench/step_bound beside --deepen)")
+    ap.add_argument("--bound-only", action="store_true", help="measure the step's GEMM bound (and set the work "
+                    "folder's one-process run against it, if it holds one); run nothing else")
     a = ap.parse_args()
     deepen = os.path.abspath(a.deepen)
     work = os.path.abspath(a.work)
+    step_bound_bin = os.path.abspath(a.step_bound or os.path.join(os.path.dirname(deepen), "bench", "step_bound"))
+    if a.bound_only:
+        logs = os.path.join(work, "logs")
+        os.makedirs(logs, exist_ok=True)
+        single = os.path.join(work, "full-single")
+        report_bound(step_bound_bin, a.threads, single if records(single, "metrics.jsonl") else None, logs)
+        return
     here = os.path.dirname(os.path.abspath(__file__))
     os.makedirs(os.path.join(work, "text"), exist_ok=True)
     t0 = time.time()
@@ -294,6 +366,7 @@ watchdog_s = 20
 
     # One process (the teacher's head makes full logits in it), then each channel's 1 + 1 ranks.
     single = train("full", 1)
+    report_bound(step_bound_bin, a.threads, single, logs)
     for channel in ([a.only] if a.only else ["full", "hidden"]):
         pair = train(channel, 2)
         compare(single, pair, f"one process vs 1 teacher + 1 student over the {channel} channel")

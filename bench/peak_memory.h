@@ -54,8 +54,9 @@ inline double cpu_seconds() {
   return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-// Runs this binary again with `args`; returns the JSON after "RESULT ".
-inline nlohmann::json run_variant(const std::vector<std::string>& args) {
+// Runs this binary again with `args`, and `env` (NAME=VALUE) added to its environment (read at its
+// start: GLIBC_TUNABLES, for one); returns the JSON after "RESULT ".
+inline nlohmann::json run_variant(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
   int fds[2];
   if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
   const pid_t pid = fork();
@@ -64,6 +65,7 @@ inline nlohmann::json run_variant(const std::vector<std::string>& args) {
     dup2(fds[1], STDOUT_FILENO);
     close(fds[0]);
     close(fds[1]);
+    for (const std::string& kv : env) putenv(const_cast<char*>(kv.c_str()));
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -26,6 +28,8 @@ class PythonChild {
     if (pipe(to_child) != 0 || pipe(from_child) != 0) throw std::runtime_error("pipe failed");
     pid_ = fork();
     if (pid_ == 0) {
+      // A bench killed mid-run must not leave its baselines computing (and holding gigabytes) behind it.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
       dup2(to_child[0], 0);
       dup2(from_child[1], 1);
       const int err = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

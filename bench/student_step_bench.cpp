@@ -2,8 +2,9 @@
 // GrowableStudent, against the very same weights and ids in transformers' Qwen3ForCausalLM from
 // Python eager (bench/student_step_bench.py), measured in one run.
 //
-//   build-x/bench/student_step_bench [--threads 2] [--batch 8] [--seq 256] [--steps 10]
+//   build-x/bench/student_step_bench [--threads 2] [--batch 8] [--seq 256] [--steps 10] [--vocab 256]
 //                                    [--kernels auto|fused|aten] [--python-env GLIBC_TUNABLES=...]
+//                                    [--baselines eager,eager+hugetlb,eager+tcmalloc,eager+jemalloc]
 //                                    [--no-malloc-tuning] [--profile PATH]
 //
 // Model (fixed, stated): 9 blocks, hidden 256, 4 heads, 2 KV heads, head_dim 64, intermediate 768,
@@ -11,13 +12,19 @@
 // fp32. Loss: CE over the full vocabulary on next-token targets (T-1 per sequence).
 // Kernels: --kernels as student.cpu_kernels (default auto: each fusable step runs fused or as
 // LibTorch's op sequence, whichever measured faster here; the choices and timings are printed).
-// Method: after warm-up, deepen and Python steps alternate one by one (Python is a child process
-// answering "step" requests), so both see the same load on a shared machine; each side reports its
-// median step; the ratio is of the medians (wall time; the CPU time each side spent per step is
-// printed beside it, which a loaded machine distorts less). Python runs with the environment this process has,
-// plus --python-env. Each side's step times are printed in order, so the spread shows.
-// --profile PATH: one step of each side profiled instead (deepen's trace at PATH, transformers'
-// torch.profiler trace at PATH.transformers.json), for an op-by-op comparison.
+// Baselines (--baselines; bench/baseline_variants.h): transformers eager under glibc malloc's defaults
+// and under its hugetlb tunable, tcmalloc and jemalloc where installed; "compile" variants on request
+// (torch.compile of the forward + loss; minutes of compiling in the warm-up). At --vocab 151936 the
+// logits and their gradient are [N, V] fp32 tensors (1.2 GB at 8 x 256 tokens) that glibc's defaults
+// fault in afresh every step: the ratio that counts is against the fastest variant, printed with each.
+// Method: after warm-up, deepen's step and each baseline's alternate one by one (each baseline is a
+// child process answering "step" requests), so all see the same load on a shared machine; each side
+// reports its median step; the ratios are of the medians (wall time; the CPU time each side spent per
+// step is printed beside it, which a loaded machine distorts less). Python runs with the environment
+// this process has, plus its variant's, plus --python-env. Each side's step times are printed in order,
+// so the spread shows.
+// --profile PATH: one step of each side profiled instead (deepen's trace at PATH, each variant's
+// torch.profiler trace at PATH.<variant>.transformers.json), for an op-by-op comparison.
 #include <fcntl.h>
 #include <malloc.h>
 #include <sys/wait.h>
@@ -38,7 +45,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/median.h"
-#include "bench/python_child.h"
+#include "bench/baseline_variants.h"
 #include "model/student.h"
 #include "model/student_io.h"
 #include "tests/test_paths.h"
@@ -56,6 +63,7 @@ struct Options {
   std::string norm = "pre";
   std::vector<std::string> python_env;
   std::string profile;
+  std::string baselines = "eager,eager+hugetlb,eager+tcmalloc,eager+jemalloc";
 };
 
 // Same formula as the Python side: ids[b, t] = (b * 131 + t * 17 + (b * t) % 7) % vocab.
@@ -77,12 +85,15 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup);
   app.add_option("--vocab", o.vocab);
   app.add_option("--norm", o.norm, "pre | post (post has no transformers baseline)");
-  app.add_option("--python-env", o.python_env, "NAME=VALUE added to the Python baseline's environment");
+  app.add_option("--python-env", o.python_env, "NAME=VALUE added to every Python baseline's environment");
+  app.add_option("--baselines", o.baselines,
+                 "transformers variants, comma-separated: eager or compile, then +hugetlb, +tcmalloc, +jemalloc or "
+                 "nothing (default: eager,eager+hugetlb,eager+tcmalloc,eager+jemalloc; a malloc not installed is skipped)");
   app.add_flag("!--no-baseline", o.baseline, "skip the Python run");
   app.add_option("--kernels", o.kernels, "auto | fused | aten (the HF op sequence), as student.cpu_kernels");
   bool unfused = false;
   app.add_flag("--unfused", unfused, "same as --kernels aten");
-  app.add_option("--profile", o.profile, "write a chrome trace of one deepen step here (and of one transformers step to PATH.transformers.json) and stop");
+  app.add_option("--profile", o.profile, "write a chrome trace of one deepen step here (and of one step of each transformers variant to PATH.<variant>.transformers.json) and stop");
   app.add_flag("!--no-malloc-tuning", o.malloc_tuning,
                "leave glibc malloc's defaults (else: mmap threshold 32 MB, no trimming, as deepen's binary)");
   CLI11_PARSE(app, argc, argv);
@@ -149,65 +160,103 @@ int main(int argc, char** argv) {
   }
   const bool baseline = o.baseline && spec.norm == deepen::NormPlacement::kPre;
 
-  std::unique_ptr<deepen::bench::PythonChild> python;
+  // One child per variant, started one after another (each warms up before the next starts).
+  struct Run {
+    deepen::bench::BaselineVariant spec;
+    std::unique_ptr<deepen::bench::PythonChild> child;
+    double first_loss = 0, peak_rss = 0;
+    std::vector<double> ms, cpu_ms;
+  };
+  std::vector<Run> runs;
   const auto dir = std::filesystem::temp_directory_path() / ("deepen_bench_" + std::to_string(::getpid()));
-  double py_first_loss = 0;
-  if (baseline) {
-    deepen::export_student_hf(student, (dir / "hf").string());
-    std::vector<std::string> argv{deepen::test::kPython,
-                                  std::string(deepen::test::kSourceDir) + "/bench/student_step_bench.py",
-                                  "--model", (dir / "hf").string(), "--batch", std::to_string(o.batch),
-                                  "--seq", std::to_string(o.seq), "--warmup", std::to_string(o.warmup),
-                                  "--threads", std::to_string(o.threads)};
-    // --profile: the same step profiled on the Python side too, so the two traces compare op by op.
-    if (!o.profile.empty()) argv.insert(argv.end(), {"--profile", o.profile + ".transformers.json"});
-    else argv.push_back("--serve");
-    python = std::make_unique<deepen::bench::PythonChild>(argv, o.python_env);
-    py_first_loss = python->read().at("first_loss").get<double>();
+  try {
+    if (baseline) {
+      deepen::export_student_hf(student, (dir / "hf").string());
+      for (const deepen::bench::BaselineVariant& v : deepen::bench::parse_baseline_variants(o.baselines)) {
+        std::vector<std::string> argv{deepen::test::kPython,
+                                      std::string(deepen::test::kSourceDir) + "/bench/student_step_bench.py",
+                                      "--model", (dir / "hf").string(), "--batch", std::to_string(o.batch),
+                                      "--seq", std::to_string(o.seq), "--warmup", std::to_string(o.warmup),
+                                      "--threads", std::to_string(o.threads)};
+        // --profile: the same step profiled on the Python side too, so the traces compare op by op.
+        if (!o.profile.empty()) argv.insert(argv.end(), {"--profile", o.profile + "." + v.name + ".transformers.json"});
+        else argv.push_back("--serve");
+        nlohmann::json ready;
+        auto child = deepen::bench::start_baseline(v, argv, o.python_env, dir / (v.name + ".stderr"), &ready);
+        if (!child) continue;
+        std::printf("baseline %s: %s\n", v.name.c_str(), v.setting.c_str());
+        std::fflush(stdout);
+        runs.push_back(Run{v, std::move(child), ready.at("first_loss").get<double>(), 0, {}, {}});
+      }
+    }
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "student_step_bench: %s\n", e.what());
+    return 2;
   }
   if (!o.profile.empty()) {
-    python.reset();
+    std::printf("traces: %s (deepen)", o.profile.c_str());
+    for (const Run& r : runs) std::printf(", %s.%s.transformers.json", o.profile.c_str(), r.spec.name.c_str());
+    std::printf("\n");
+    runs.clear();
     std::filesystem::remove_all(dir);
-    std::printf("traces: %s (deepen)%s\n", o.profile.c_str(),
-                baseline ? (", " + o.profile + ".transformers.json (transformers)").c_str() : "");
     return 0;
   }
-  std::vector<double> deepen_ms, py_ms, deepen_cpu_ms, py_cpu_ms;
+  std::vector<double> deepen_ms, deepen_cpu_ms;
   for (int64_t i = 0; i < o.steps; ++i) {
     const auto [wall, cpu] = timed_step();
     deepen_ms.push_back(wall);
     deepen_cpu_ms.push_back(cpu);
-    if (python) {
-      const nlohmann::json answer = python->request("step");
-      py_ms.push_back(answer.at("ms").get<double>());
-      py_cpu_ms.push_back(answer.at("cpu_ms").get<double>());
+    for (Run& r : runs) {
+      if (!r.child) continue;
+      try {
+        const nlohmann::json answer = r.child->request("step");
+        r.ms.push_back(answer.at("ms").get<double>());
+        r.cpu_ms.push_back(answer.at("cpu_ms").get<double>());
+        r.peak_rss = answer.at("peak_rss").get<double>();
+      } catch (const std::exception& e) {
+        std::printf("baseline %s: stopped at timed step %ld: %s\n%s", r.spec.name.c_str(), long(i + 1), e.what(),
+                    deepen::bench::tail_of(dir / (r.spec.name + ".stderr"), 12).c_str());
+        r.child.reset();
+        r.ms.clear();
+      }
     }
   }
-  python.reset();
+  for (Run& r : runs) r.child.reset();
+  std::erase_if(runs, [](const Run& r) { return r.ms.empty(); });
   std::filesystem::remove_all(dir);
 
   // Every step, in the order run: on a loaded machine single steps swing by several times, and a
   // ratio of medians is only worth what the spread around it shows.
-  auto print_steps = [](const char* who, const std::vector<double>& ms) {
-    std::printf("%s steps ms:", who);
+  auto print_steps = [](const std::string& who, const std::vector<double>& ms) {
+    std::printf("%-24s steps ms:", who.c_str());
     for (double m : ms) std::printf(" %.1f", m);
     std::printf("\n");
   };
-  print_steps("deepen      ", deepen_ms);
-  if (!py_ms.empty()) print_steps("transformers", py_ms);
-  print_steps("deepen       cpu", deepen_cpu_ms);
-  if (!py_cpu_ms.empty()) print_steps("transformers cpu", py_cpu_ms);
+  print_steps("deepen", deepen_ms);
+  for (const Run& r : runs) print_steps("transformers " + r.spec.name, r.ms);
+  print_steps("deepen cpu", deepen_cpu_ms);
+  for (const Run& r : runs) print_steps("transformers " + r.spec.name + " cpu", r.cpu_ms);
   const double tokens = static_cast<double>(o.batch * o.seq);
   const double deepen_tps = tokens / (median(deepen_ms) / 1e3);
   std::printf("deepen (C++ LibTorch):       %8.0f tokens/s  (median step %7.1f ms, CPU %7.1f ms, first loss %.6f)\n",
               deepen_tps, median(deepen_ms), median(deepen_cpu_ms), first_loss);
   if (!baseline) return 0;
-  const double py_tps = tokens / (median(py_ms) / 1e3);
-  std::printf("transformers (Python eager): %8.0f tokens/s  (median step %7.1f ms, CPU %7.1f ms, first loss %.6f)\n",
-              py_tps, median(py_ms), median(py_cpu_ms), py_first_loss);
-  std::printf("ratio deepen / transformers: %.2fx\n", deepen_tps / py_tps);
+  const Run* fastest = nullptr;
+  for (const Run& r : runs) {
+    std::printf("transformers %-15s %8.0f tokens/s  (median step %7.1f ms, CPU %7.1f ms, first loss %.6f, peak RSS %.2f GB)\n",
+                (r.spec.name + ":").c_str(), tokens / (median(r.ms) / 1e3), median(r.ms), median(r.cpu_ms), r.first_loss,
+                r.peak_rss / 1e9);
+    if (!fastest || median(r.ms) < median(fastest->ms)) fastest = &r;
+  }
   // CPU time is what each side computed, less what it waited for a core: on a loaded machine it
   // moves far less than wall time (with 1 thread; more threads add OpenMP's spin-waits to it).
-  std::printf("ratio of CPU time per step, transformers / deepen: %.2fx\n", median(py_cpu_ms) / median(deepen_cpu_ms));
+  for (const Run& r : runs)
+    std::printf("ratio deepen / transformers %s: %.2fx (ratio of CPU time per step, transformers / deepen: %.2fx)\n",
+                r.spec.name.c_str(), median(r.ms) / median(deepen_ms), median(r.cpu_ms) / median(deepen_cpu_ms));
+  if (fastest)
+    std::printf("ratio deepen / fastest transformers (%s): %.2fx\n", fastest->spec.name.c_str(),
+                median(fastest->ms) / median(deepen_ms));
+  else
+    std::printf("no baseline ran: no ratio\n");
   return 0;
 }
