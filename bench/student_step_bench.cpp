@@ -26,7 +26,6 @@
 // --profile PATH: one step of each side profiled instead (deepen's trace at PATH, each variant's
 // torch.profiler trace at PATH.<variant>.transformers.json), for an op-by-op comparison.
 #include <fcntl.h>
-#include <malloc.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,6 +49,7 @@
 #include "model/student_io.h"
 #include "tests/test_paths.h"
 #include "train/compute_threads.h"
+#include "train/large_buffer_allocator.h"
 
 using deepen::median;
 
@@ -95,17 +95,13 @@ int main(int argc, char** argv) {
   app.add_flag("--unfused", unfused, "same as --kernels aten");
   app.add_option("--profile", o.profile, "write a chrome trace of one deepen step here (and of one step of each transformers variant to PATH.<variant>.transformers.json) and stop");
   app.add_flag("!--no-malloc-tuning", o.malloc_tuning,
-               "leave glibc malloc's defaults (else: mmap threshold 32 MB, no trimming, as deepen's binary)");
+               "deepen's side on glibc malloc's defaults (else deepen's large-buffer allocator, as the deepen binary)");
   CLI11_PARSE(app, argc, argv);
   if (unfused) o.kernels = "aten";
   // A Python child that has already exited (--profile) must not kill us when told "quit".
   std::signal(SIGPIPE, SIG_IGN);
-  if (o.malloc_tuning) {
-    // Tensors up to 32 MB come from the heap and freed pages stay mapped: a training step reuses
-    // the same sizes every time, and on VMs each first touch of a fresh page costs ~11 us.
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  }
+  // As the deepen binary: large buffers kept mapped and reused (train/large_buffer_allocator.h).
+  if (o.malloc_tuning) deepen::install_large_buffer_allocator();
   deepen::set_compute_threads(o.threads);
 
   deepen::StudentSpec spec;
@@ -144,7 +140,7 @@ int main(int argc, char** argv) {
 
   std::printf("student: 9 layers, hidden 256, heads 4/2 kv, head_dim 64, intermediate 768, vocab %ld, "
               "tied, %s-norm, fp32; batch %ld x seq %ld = %ld tokens/step; %ld threads; %ld timed steps "
-              "each after %ld warm-up; deepen malloc tuning %s, CPU kernels %s\n",
+              "each after %ld warm-up; deepen large-buffer allocator %s, CPU kernels %s\n",
               long(o.vocab), o.norm.c_str(), long(o.batch), long(o.seq), long(o.batch * o.seq),
               long(o.threads), long(o.steps), long(o.warmup), o.malloc_tuning ? "on" : "off",
               o.kernels.c_str());
