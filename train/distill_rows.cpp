@@ -1,4 +1,4 @@
-// Fused per-row distillation loss: three passes over a row held in cache (max, sums, dz) where the
+// Fused per-row distillation loss: a few passes over a row held in cache (max, sums, dz) where the
 // ATen op sequence makes a dozen over [rows, V] tensors in memory. -O3 with SIMD clones, like
 // model/fused_kernels.cpp.
 #include "train/distill_rows.h"

@@ -10,7 +10,10 @@ namespace deepen::distill_rows {
 // online rescaling: the whole vocabulary is in hand). Arithmetic, as the former vocabulary-chunked
 // loss did it and the ATen path (row_chunked_loss.cpp) does: logits, shifts, exps and dz in fp32; every sum over the vocabulary (Σ e^x, the
 // teacher's weighted sum) and everything per row (log-sum-exps, KL, CE) in fp64. exp is
-// vexp_softmax (model/vector_exp.h, within 2 ulp: DistillRows.ExpIsWithinTwoUlps).
+// vexp_softmax (model/vector_exp.h, within 2 ulp: DistillRows.ExpIsWithinTwoUlps). Full targets at
+// τ = 1 with the gradient make dz from the sums pass's own exps, e^{z−max}·(coefficient/Σ) −
+// e^{t−max_t}·(coefficient/Σ_t), in place of e^{z−L} and e^{t−T} at the rounded log-sum-exps: the
+// same terms within a rounding each (the row-chunked loss tests' derived bounds hold unchanged).
 
 enum class Target { kNone, kFull, kTopkRenormalize, kTopkBucket, kSampled };
 
