@@ -166,13 +166,21 @@ class Jobs:
             m = re.search(r"coordinator listening on \S+:(\d+)", open(log).read() if os.path.exists(log) else "")
             coordinator_port = m and m.group(1)
             time.sleep(0.1)
-        sockets, shm = [], {}  # (node, rank, local endpoint, peer endpoint) of every established deepen socket
-        for n in nodes:
-            for line in c.on(n, ["ss", "-tnpH", "state", "established"]).stdout.splitlines():
-                m = re.search(r"(\S+:\d+)\s+(\S+:\d+)\s+users:\(\(\"deepen\",pid=(\d+)", line)
-                if m and int(m.group(3)) in node_of_pid:
-                    sockets.append((n, rank_of_pid[int(m.group(3))], m.group(1), m.group(2)))
-            shm[n] = sorted(f for f in c.on(n, ["ls", "/dev/shm"]).stdout.split() if "vader" in f or "sm_segment" in f)
+        # Snapshots while the ranks live, united: MPI's TCP connections open when first used and a job
+        # of a few seconds may be past its steps by the first snapshot, so one look can miss them.
+        sockets, shm = set(), {}  # (node, rank, local endpoint, peer endpoint) of every established deepen socket
+        while True:
+            for n in nodes:
+                for line in c.on(n, ["ss", "-tnpH", "state", "established"]).stdout.splitlines():
+                    m = re.search(r"(\S+:\d+)\s+(\S+:\d+)\s+users:\(\(\"deepen\",pid=(\d+)", line)
+                    if m and int(m.group(3)) in node_of_pid:
+                        sockets.add((n, rank_of_pid[int(m.group(3))], m.group(1), m.group(2)))
+                if n not in shm:
+                    shm[n] = sorted(f for f in c.on(n, ["ls", "/dev/shm"]).stdout.split() if "vader" in f or "sm_segment" in f)
+            alive, _ = self.ranks_on_nodes(c, nodes, run_dir)
+            if len(alive) < world or time.time() > deadline:
+                break
+            time.sleep(0.2)
         # A rank-to-rank connection: its peer endpoint is another rank's socket (the launcher's daemons
         # on loopback and the control plane, to the coordinator's port, are not MPI's transport).
         owner = {(n, local): rank for n, rank, local, _ in sockets}
