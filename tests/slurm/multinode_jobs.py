@@ -169,8 +169,11 @@ class Jobs:
         # Snapshots while the ranks live, united: MPI's TCP connections open when first used and a job
         # of a few seconds may be past its steps by the first snapshot, so one look can miss them.
         sockets, shm = set(), {}  # (node, rank, local endpoint, peer endpoint) of every established deepen socket
+        self.listening = {n: set() for n in nodes}  # each node's listening sockets of Open MPI and the ranks, seen meanwhile
         while True:
             for n in nodes:
+                self.listening[n] |= {l for l in c.on(n, ["ss", "-tlnpH"]).stdout.splitlines()
+                                      if '"orted"' in l or '"deepen"' in l}
                 for line in c.on(n, ["ss", "-tnpH", "state", "established"]).stdout.splitlines():
                     m = re.search(r"(\S+:\d+)\s+(\S+:\d+)\s+users:\(\(\"deepen\",pid=(\d+)", line)
                     if m and int(m.group(3)) in node_of_pid:
@@ -308,9 +311,8 @@ class Jobs:
             with open(log, "w") as sink:
                 proc = c.popen("n1", cmd, env=dict(os.environ, **MPI_ENV), stdout=sink, stderr=subprocess.STDOUT)
             where, across, shm = self.transport(c, nodes, run_dir, 4, log)
-            # Open MPI's listeners: every socket it listens on is on the cluster's network.
-            listening = c.on("n2", ["ss", "-tlnpH"]).stdout
-            ompi = [l for l in listening.splitlines() if '"orted"' in l or '"deepen"' in l]
+            # Open MPI's listeners on n2, as seen while the ranks lived.
+            ompi = sorted(self.listening["n2"])
             proc.wait(timeout=600)
             text = open(log).read()
             took = time.time() - t0
