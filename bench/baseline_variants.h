@@ -120,4 +120,23 @@ inline std::unique_ptr<PythonChild> start_baseline(const BaselineVariant& b, std
   return nullptr;
 }
 
+// One timed step of a running variant (`step` counts from 1): its answer goes to record(answer).
+// When the child fails (it died, or its answer lacks what record reads), the failure is printed
+// with the log's tail, the child is ended and *why (when given) says why it stopped; a bench goes on with the
+// other variants. Returns whether the step was recorded.
+template <class Record>
+bool baseline_step(const BaselineVariant& b, std::unique_ptr<PythonChild>& child, int64_t step,
+                   const std::filesystem::path& log, Record&& record, std::string* why = nullptr) {
+  try {
+    record(child->request("step"));
+    return true;
+  } catch (const std::exception& e) {
+    const std::string reason = "stopped at timed step " + std::to_string(step) + ": " + e.what();
+    std::printf("baseline %s: %s\n%s", b.name.c_str(), reason.c_str(), tail_of(log, 12).c_str());
+    if (why) *why = reason;
+    child.reset();
+    return false;
+  }
+}
+
 }  // namespace deepen::bench

@@ -319,10 +319,7 @@ int run(const Options& o) {
     d_parts.push_back(parts);
     for (BaselineRun& r : runs) {
       if (!r.child) continue;
-      try {
-        const nlohmann::json answer = r.child->request("step");
-        r.ms.push_back(answer.at("ms").get<double>());
-        r.cpu.push_back(answer.at("cpu_ms").get<double>());
+      deepen::bench::baseline_step(r.spec, r.child, i + 1, r.log, [&](const nlohmann::json& answer) {
         Parts p;
         const nlohmann::json& j = answer.at("parts_ms");
         const char* keys[4] = {"teacher", "forward_loss", "backward", "optimizer"};
@@ -330,14 +327,13 @@ int run(const Options& o) {
           p.ms[k] = j.at(keys[k]).get<double>();
           p.cpu[k] = j.at("cpu").at(k).get<double>();
         }
-        r.parts.push_back(p);
+        const double ms = answer.at("ms").get<double>(), cpu = answer.at("cpu_ms").get<double>();
         r.peak_rss = answer.at("peak_rss").get<double>();
         r.graphs_timed = answer.at("graphs").get<int64_t>();
-      } catch (const std::exception& e) {
-        r.failed = std::string("stopped at timed step ") + std::to_string(i + 1) + ": " + e.what();
-        r.child.reset();
-        std::printf("baseline %s: %s\n%s", r.spec.name.c_str(), r.failed.c_str(), deepen::bench::tail_of(r.log, 12).c_str());
-      }
+        r.ms.push_back(ms);
+        r.cpu.push_back(cpu);
+        r.parts.push_back(p);
+      }, &r.failed);
     }
   }
   const double deepen_peak_rss = peak_rss_bytes();

@@ -204,17 +204,14 @@ int main(int argc, char** argv) {
     deepen_cpu_ms.push_back(cpu);
     for (Run& r : runs) {
       if (!r.child) continue;
-      try {
-        const nlohmann::json answer = r.child->request("step");
-        r.ms.push_back(answer.at("ms").get<double>());
-        r.cpu_ms.push_back(answer.at("cpu_ms").get<double>());
+      const bool stepped = deepen::bench::baseline_step(r.spec, r.child, i + 1, dir / (r.spec.name + ".stderr"),
+                                                        [&](const nlohmann::json& answer) {
+        const double ms = answer.at("ms").get<double>(), cpu = answer.at("cpu_ms").get<double>();
         r.peak_rss = answer.at("peak_rss").get<double>();
-      } catch (const std::exception& e) {
-        std::printf("baseline %s: stopped at timed step %ld: %s\n%s", r.spec.name.c_str(), long(i + 1), e.what(),
-                    deepen::bench::tail_of(dir / (r.spec.name + ".stderr"), 12).c_str());
-        r.child.reset();
-        r.ms.clear();
-      }
+        r.ms.push_back(ms);
+        r.cpu_ms.push_back(cpu);
+      });
+      if (!stepped) r.ms.clear();
     }
   }
   for (Run& r : runs) r.child.reset();

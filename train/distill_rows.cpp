@@ -17,8 +17,8 @@ using kernels::vexp_softmax;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // The maximum is the same in any order, so it is taken in 16 lanes: GCC leaves `omp simd
-// reduction(max)` over std::max scalar (vmaxss, 0.35 ns an element on an AVX2 EPYC, as slow as a
-// pass with two exps), and vectorizes this form. A NaN is skipped either way.
+// reduction(max)` over std::max scalar (vmaxss, 0.35 ns an element on an AVX2 EPYC), and vectorizes
+// this form. A NaN is skipped either way.
 DEEPEN_CLONES
 float max_of(const float* x, int64_t n) {
   constexpr int64_t kLanes = 16;
@@ -53,16 +53,21 @@ double sum_exp(const float* z, int64_t n, float tau, float m) {
   return tau == 1.0f ? sum_exp_impl<true>(z, n, tau, m) : sum_exp_impl<false>(z, n, tau, m);
 }
 
-template <bool kTau1>
-DEEPEN_CLONE_BODY void full_sums_impl(const float* z, const float* t, int64_t n, float tau, float ms, float mt, double* out) {
+template <bool kTau1, bool kKeep>
+DEEPEN_CLONE_BODY void full_sums_impl(float* z, const float* t, float* et, int64_t n, float tau, float ms, float mt,
+                                      double* out) {
   double ss = 0, st = 0, w = 0;
 #pragma omp simd reduction(+ : ss, st, w)
   for (int64_t i = 0; i < n; ++i) {
     const float x = scaled<kTau1>(z[i], tau), u = scaled<kTau1>(t[i], tau);
-    const float e = vexp_softmax(u - mt);
-    ss += static_cast<double>(vexp_softmax(x - ms));
+    const float ez = vexp_softmax(x - ms), e = vexp_softmax(u - mt);
+    ss += static_cast<double>(ez);
     st += static_cast<double>(e);
     w += static_cast<double>((u - x) * e);
+    if constexpr (kKeep) {
+      z[i] = ez;
+      et[i] = e;
+    }
   }
   out[0] = ss;
   out[1] = st;
@@ -70,32 +75,15 @@ DEEPEN_CLONE_BODY void full_sums_impl(const float* z, const float* t, int64_t n,
 }
 
 // Full targets, one pass over both rows (x = z/τ, u = t/τ, e_i = e^{u_i − mt}):
-// out = {Σ e^{x_i − ms}, Σ e_i, Σ e_i·(u_i − x_i)}, each in fp64.
+// out = {Σ e^{x_i − ms}, Σ e_i, Σ e_i·(u_i − x_i)}, each in fp64. With `et` (τ = 1 and the gradient
+// wanted) the pass also keeps its exps, e^{z_i − ms} over z and e_i in et, so that the gradient pass
+// (scale_dz) needs none of its own: two exps an element where recomputing them at the final shifts
+// takes four.
 DEEPEN_CLONES
-void full_sums(const float* z, const float* t, int64_t n, float tau, float ms, float mt, double* out) {
-  if (tau == 1.0f) full_sums_impl<true>(z, t, n, tau, ms, mt, out);
-  else full_sums_impl<false>(z, t, n, tau, ms, mt, out);
-}
-
-// Full targets at τ = 1 with the gradient: full_sums' pass that also keeps its exps, e^{z_i − ms}
-// over z and e^{t_i − mt} in `et`, so that the gradient pass (scale_dz) needs none of its own: two
-// exps an element where recomputing them at the final shifts takes four.
-DEEPEN_CLONES
-void full_sums_keep(float* z, const float* t, float* et, int64_t n, float ms, float mt, double* out) {
-  double ss = 0, st = 0, w = 0;
-#pragma omp simd reduction(+ : ss, st, w)
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = z[i], u = t[i];
-    const float ez = vexp_softmax(x - ms), e = vexp_softmax(u - mt);
-    ss += static_cast<double>(ez);
-    st += static_cast<double>(e);
-    w += static_cast<double>((u - x) * e);
-    z[i] = ez;
-    et[i] = e;
-  }
-  out[0] = ss;
-  out[1] = st;
-  out[2] = w;
+void full_sums(float* z, const float* t, float* et, int64_t n, float tau, float ms, float mt, double* out) {
+  if (et) full_sums_impl<true, true>(z, t, et, n, tau, ms, mt, out);
+  else if (tau == 1.0f) full_sums_impl<true, false>(z, t, et, n, tau, ms, mt, out);
+  else full_sums_impl<false, false>(z, t, et, n, tau, ms, mt, out);
 }
 
 // z_i <- a·z_i − c·et_i: with z_i = e^{x_i − ms} and et_i = e^{t_i − mt}, a = (its coefficient)/Σe^{x−ms}
@@ -191,26 +179,19 @@ RowResult distill_row(const RowTask& task, const Row& row) {
 
   double L = 0, T = 0, kl = 0, log_u = -inf;
   std::vector<double> target;  // top-k: q_j (renormalize) or p_j (bucket)
-  // Full targets at τ = 1 with the gradient keep the pass's exps (full_sums_keep): the rows' sums are
+  // Full targets at τ = 1 with the gradient keep the sums pass's exps (full_sums): the rows' sums are
   // the same, and dz is each kept exp scaled by its coefficient over its sum.
   const bool keep_exps = task.target == Target::kFull && tau1 && task.gradient;
   thread_local std::vector<float> teacher_exps;
-  double kept_sums[2] = {1, 1};  // Σ e^{z−ms}, Σ e^{t−mt} of full_sums_keep
+  double full[3] = {1, 1, 0};  // full targets: Σ e^{x−ms}, Σ e^{u−mt}, Σ e^{u−mt}·(u − x)
   if (task.target == Target::kFull) {
     const float mt0 = max_of(row.teacher, V);
     const float mt = tau1 ? mt0 : mt0 / tau;
-    double s[3];
-    if (keep_exps) {
-      if (static_cast<int64_t>(teacher_exps.size()) < V) teacher_exps.resize(static_cast<size_t>(V));
-      full_sums_keep(z, row.teacher, teacher_exps.data(), V, ms, mt, s);
-      kept_sums[0] = s[0];
-      kept_sums[1] = s[1];
-    } else {
-      full_sums(z, row.teacher, V, tau, ms, mt, s);
-    }
-    L = ms + std::log(s[0]);
-    T = mt + std::log(s[1]);
-    kl = s[2] / s[1] - T + L;
+    if (keep_exps && static_cast<int64_t>(teacher_exps.size()) < V) teacher_exps.resize(static_cast<size_t>(V));
+    full_sums(z, row.teacher, keep_exps ? teacher_exps.data() : nullptr, V, tau, ms, mt, full);
+    L = ms + std::log(full[0]);
+    T = mt + std::log(full[1]);
+    kl = full[2] / full[1] - T + L;
   } else if (sampled) {
     // KL̂ = Σ_j w_j (L − x_j) − H (train/distill_loss.h); wsum = Σ_j w_j rides at the end of target.
     L = ms + std::log(sum_exp(z, V, tau, ms));
@@ -291,7 +272,7 @@ RowResult distill_row(const RowTask& task, const Row& row) {
       if (keep_exps) {
         // τ = 1: L = ms + log Σ_s and T = mt + log Σ_t, so e^{z−L} = e^{z−ms}/Σ_s and e^{t−T} = e^{t−mt}/Σ_t;
         // CE's softmax is the same as KL's (share, or no CE).
-        const double a = (c_kl_d + (task.ce ? c_ce_d : 0.0)) / kept_sums[0], c = c_kl_d / kept_sums[1];
+        const double a = (c_kl_d + (task.ce ? c_ce_d : 0.0)) / full[0], c = c_kl_d / full[1];
         scale_dz(z, teacher_exps.data(), V, static_cast<float>(a), static_cast<float>(c));
       } else {
         write_dz(z, row.teacher, V, tau, share ? static_cast<float>(c_kl_d + c_ce_d) : c_kl, Lf, task.ce && !share, c_ce,

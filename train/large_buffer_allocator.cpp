@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
-#include <new>
+#include <stdexcept>
 #include <string>
 
 #include "train/large_buffer_cache.h"

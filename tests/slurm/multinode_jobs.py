@@ -145,11 +145,13 @@ class Jobs:
                         break
         return where, pids
 
-    def transport(self, c, nodes, run_dir, world, log=None, started=None):
+    def transport(self, c, nodes, run_dir, world, log=None, started=None, listening=None):
         """While the job runs: each rank's node; its TCP connections to ranks on other nodes (MPI's, apart
         from the control plane's to the coordinator's port); MPI TCP connections inside a node (there
         must be none: shared memory carries those); the shared-memory segments of each node. run_dir is
-        what the ranks' command lines name (a group: its file); started, the file that says they train."""
+        what the ranks' command lines name (a group: its file); started, the file that says they train.
+        listening, when given (a dict): filled with each node's listening sockets of Open MPI and the
+        ranks, seen in the same snapshots."""
         started = started or os.path.join(run_dir, "metrics.jsonl")
         deadline = time.time() + 120
         where = {}
@@ -169,11 +171,11 @@ class Jobs:
         # Snapshots while the ranks live, united: MPI's TCP connections open when first used and a job
         # of a few seconds may be past its steps by the first snapshot, so one look can miss them.
         sockets, shm = set(), {}  # (node, rank, local endpoint, peer endpoint) of every established deepen socket
-        self.listening = {n: set() for n in nodes}  # each node's listening sockets of Open MPI and the ranks, seen meanwhile
         while True:
             for n in nodes:
-                self.listening[n] |= {l for l in c.on(n, ["ss", "-tlnpH"]).stdout.splitlines()
-                                      if '"orted"' in l or '"deepen"' in l}
+                if listening is not None:
+                    listening.setdefault(n, set()).update(l for l in c.on(n, ["ss", "-tlnpH"]).stdout.splitlines()
+                                                          if '"orted"' in l or '"deepen"' in l)
                 for line in c.on(n, ["ss", "-tnpH", "state", "established"]).stdout.splitlines():
                     m = re.search(r"(\S+:\d+)\s+(\S+:\d+)\s+users:\(\(\"deepen\",pid=(\d+)", line)
                     if m and int(m.group(3)) in node_of_pid:
@@ -310,9 +312,10 @@ class Jobs:
             log = os.path.join(out, "mpirun.out")
             with open(log, "w") as sink:
                 proc = c.popen("n1", cmd, env=dict(os.environ, **MPI_ENV), stdout=sink, stderr=subprocess.STDOUT)
-            where, across, shm = self.transport(c, nodes, run_dir, 4, log)
+            listening = {}
+            where, across, shm = self.transport(c, nodes, run_dir, 4, log, listening=listening)
             # Open MPI's listeners on n2, as seen while the ranks lived.
-            ompi = sorted(self.listening["n2"])
+            ompi = sorted(listening.get("n2", ()))
             proc.wait(timeout=600)
             text = open(log).read()
             took = time.time() - t0
