@@ -5,9 +5,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
 
 #include "study/local_runner.h"
 #include "study/slurm_study.h"
+#include "tests/study/study_base_toml.h"
 #include "tests/test_paths.h"
 #include "tests/test_support.h"
 
@@ -15,32 +17,7 @@ namespace deepen {
 namespace {
 namespace fs = std::filesystem;
 
-const char* kBase = R"(
-[data]
-train = "data/train"
-valid = "data/valid"
-seq_len = 32
-[teacher]
-checkpoint = "teacher/final/hf"
-[student]
-layers = 3
-hidden = 32
-heads = 2
-kv_heads = 1
-head_dim = 16
-intermediate = 64
-[curriculum]
-mode = "grow"
-stages = [1, 2, 3]
-stage_steps = [4, 4, 4]
-[parallel]
-teacher_pipelines = 1
-teacher_stages = 2
-students = 2
-micro_batch = 2
-[cache]
-samples = 32
-)";
+const std::string kBase = std::string(test::kStudyBaseToml) + "[cache]\nsamples = 32\n";
 
 StudySpec cache_study(const std::string& dir, const std::string& extra = "", const std::string& run_set = "") {
   std::ofstream(dir + "/base.toml") << kBase;

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
 
 #include "config/input_error.h"
 #include "curriculum/growth_schedule.h"
@@ -13,6 +14,7 @@
 #include "run_folder/progress.h"
 #include "study/local_runner.h"
 #include "study/slurm_study.h"
+#include "tests/study/study_base_toml.h"
 #include "tests/test_paths.h"
 #include "tests/test_support.h"
 
@@ -27,32 +29,7 @@ void write(const fs::path& p, const std::string& text) {
   std::ofstream(p) << text;
 }
 
-const char* kBase = R"(
-[run]
-threads = 1
-[data]
-train = "data/train"
-valid = "data/valid"
-seq_len = 32
-[teacher]
-checkpoint = "teacher/final/hf"
-[student]
-layers = 3
-hidden = 32
-heads = 2
-kv_heads = 1
-head_dim = 16
-intermediate = 64
-[curriculum]
-mode = "grow"
-stages = [1, 2, 3]
-stage_steps = [4, 4, 4]
-[parallel]
-teacher_pipelines = 1
-teacher_stages = 2
-students = 2
-micro_batch = 2
-)";
+const std::string kBase = "[run]\nthreads = 1\n" + std::string(test::kStudyBaseToml);
 
 // The paper's core runs plus the matched control listed FIRST, so ordering must move it.
 const char* kStudy = R"(
