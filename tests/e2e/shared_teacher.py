@@ -365,7 +365,6 @@ class SharedTeacher(Cases):
             self.wait_for("the short run's final/ and step 35 of the long one",
                           lambda: os.path.isdir(os.path.join(root, "short", "final")) and
                           self.lines(os.path.join(root, long_name)) >= 35, proc)
-            signalled = self.lines(os.path.join(root, a))
             os.kill(rank_pid(path, "OMPI_COMM_WORLD_RANK", 1), signal.SIGUSR1)
             _, err = proc.communicate(timeout=120)
         finally:
