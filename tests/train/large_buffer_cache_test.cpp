@@ -82,6 +82,25 @@ TEST(LargeBufferCache, TheLeastRecentlyFreedGoFirstAndOnlyAsManyAsNeeded) {
   EXPECT_EQ(c.cached_bytes(), 100 * MB);
 }
 
+// The eighth of room: a step that comes near its peak again (a large buffer made while the step's
+// small ones are freed) keeps the small ones cached instead of releasing and re-mapping them.
+TEST(LargeBufferCache, ASmallBufferCachedBesideANewPeakIsKeptForTheNextStep) {
+  LargeBufferCache c;
+  map_fresh(c, 600 * MB);        // live 600 (activations)
+  map_fresh(c, 50 * MB);         // a small temporary, peak 650
+  c.give_back({at(2), 50 * MB});  // cached 50
+  ASSERT_FALSE(c.take(150 * MB));
+  // Peak 750 (600 live + 150 new); 600 + 50 + 150 = 800 is within 9/8 of it (843.75): nothing released.
+  EXPECT_TRUE(c.make_room(150 * MB).empty());
+  c.mapped(150 * MB);
+  EXPECT_EQ(c.peak_live_bytes(), 750 * MB);
+  EXPECT_EQ(c.cached_bytes(), 50 * MB);
+  // The next step's small temporary is the same mapping.
+  const auto again = c.take(50 * MB);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->base, at(2));
+}
+
 TEST(LargeBufferCache, MappedNeverExceedsNineEighthsOfThePeakOfLiveBytesOverChangingShapes) {
   // Shapes that change every few steps (growth, evaluation batches), freed in varying order.
   LargeBufferCache c;
